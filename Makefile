@@ -1,0 +1,47 @@
+# One entry point for users and CI. The virtualenv lives outside the clone, keyed by the hash of
+# hack/requirements.lock and the Python version, so a fresh clone reuses it and torch (~2.6 GB) is
+# downloaded once per pin set, never per run.
+SHELL := /bin/bash
+PYTHON ?= python3
+GRAPPA_CACHE ?= $(HOME)/.cache/grappa
+ENV_KEY := $(shell cat hack/requirements.lock | $(PYTHON) -c "import sys,hashlib;print(hashlib.sha256((sys.version.split()[0]+sys.stdin.read()).encode()).hexdigest()[:16])")
+VENV ?= $(GRAPPA_CACHE)/venv-$(ENV_KEY)
+PY := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
+export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
+
+.PHONY: venv demo test test-unit test-e2e lint crd bench-accuracy clean-data
+
+venv: $(VENV)/.ready
+
+$(VENV)/.ready: hack/requirements.lock
+	@echo ">> creating virtualenv $(VENV) (first run only: downloads torch, a few minutes)"
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --progress-bar off -r hack/requirements.lock
+	touch $@
+
+demo: venv
+	$(PY) -m grappa train --dataset csbm --partitions 4 --run-dir runs/demo
+
+test: venv
+	$(PY) -m pytest -q tests
+
+test-unit: venv
+	$(PY) -m pytest -q tests -m "not e2e"
+
+crd: venv
+	$(PY) -m grappa_operator.crdgen --write
+
+bench-accuracy: venv
+	$(PY) bench/accuracy.py
+
+clean-data:
+	rm -rf .data runs
+
+# Builds kube-apiserver/controller-manager/scheduler, kubectl, etcd and helm from source into a
+# versioned folder under $(GRAPPA_CACHE) (first run ~tens of minutes, then instant); prints its bin/.
+.PHONY: controlplane
+controlplane:
+	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/build-controlplane.sh

@@ -1,0 +1,254 @@
+"""The aggregator (rank 0): reduces worker gradients, owns the optimizer, drives epochs and rounds.
+
+It holds the only optimizer, so every replica stays identical: workers receive parameters, never
+gradients. It also drives exact evaluation, keeps the best-validation parameters and checkpoints.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from . import protocol as proto
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .chunks import ChunkStore
+from .config import TrainConfig, dump_config
+from .models import GNN
+from .params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
+from .reducer import combine
+from .rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
+from .transport import Link
+from .worker import steps_per_epoch
+
+log = logging.getLogger("grappa.aggregator")
+
+
+def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    t = cfg.training
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+
+class Aggregator:
+    def __init__(self, cfg: TrainConfig, link: Link, rounds: RoundSource,
+                 sink: Optional[ProgressSink] = None, metrics=None):
+        self.cfg = cfg
+        self.link = link
+        self.rounds = rounds
+        self.sink = sink or NullSink()
+        self.metrics = metrics
+        self.workers = list(range(1, link.world_size))
+        self.manifest = ChunkStore(cfg.store_path).manifest
+        torch.manual_seed(cfg.training.seed)
+        self.model = GNN(cfg.model, self.manifest["num_features"], self.manifest["num_classes"])
+        self.optimizer = make_optimizer(cfg, self.model)
+        self.n_params = num_params(self.model)
+        self.n_buf = num_buffer_values(self.model)
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.history: list[dict] = []
+        self.best = {"val": -1.0, "test": None, "epoch": None, "state": None}
+        self.progress = Progress(epochs_total=cfg.training.epochs)
+
+    # -- messages ----------------------------------------------------------------------------
+    def broadcast_state(self, kind: str) -> None:
+        state = flat_state(self.model)
+        self.link.send_many([(state, r) for r in self.workers], kind)
+
+    def command(self, ctrl: torch.Tensor) -> None:
+        self.link.send_many([(ctrl, r) for r in self.workers], "control")
+
+    def receive_layouts(self) -> None:
+        self.base_ids, self.halo_ids = {}, {}
+        for r in self.workers:
+            self.base_ids[r] = self.link.recv_var(r, "control")
+            self.halo_ids[r] = self.link.recv_var(r, "control")
+
+    def setup_round(self, decision: RoundDecision, epoch: int) -> dict:
+        self.command(proto.control(proto.CMD_ROUND, epoch, decision.round, decision.pairing_seed))
+        stats = self.link.recv_many(
+            [(torch.empty(proto.ROUND_STATS_LEN, dtype=torch.float64), r) for r in self.workers], "control")
+        cov_sum = sum(float(s[0]) for s in stats)
+        seeds = [int(s[1]) for s in stats]
+        info = {
+            "round": decision.round, "pairing_seed": decision.pairing_seed, "epoch": epoch,
+            "wbar": cov_sum / max(1, sum(seeds)),
+            "steps": steps_per_epoch(seeds, self.cfg.training.mode, self.cfg.training.batch_size),
+            "halo_nodes": [int(s[3]) for s in stats], "local_nodes": [int(s[2]) for s in stats],
+            "build_seconds": max(float(s[5]) for s in stats),
+        }
+        log.info("round %d from epoch %d: mean coverage %.3f, %d steps/epoch",
+                 decision.round, epoch, info["wbar"], info["steps"])
+        if self.metrics is not None:
+            self.metrics.round.set(decision.round)
+            self.metrics.coverage_mean.set(info["wbar"])
+        return info
+
+    # -- one epoch ---------------------------------------------------------------------------
+    def train_epoch(self, epoch: int, rinfo: dict, do_eval: bool) -> dict:
+        self.command(proto.control(proto.CMD_EPOCH, epoch, rinfo["round"], rinfo["pairing_seed"],
+                                   rinfo["steps"], do_eval, rinfo["wbar"]))
+        size = self.n_params + self.n_buf + proto.STEP_SCALARS
+        loss_sum = seeds = correct = 0.0
+        reduce_s = step_s = 0.0
+        for _ in range(rinfo["steps"]):
+            t0 = time.perf_counter()
+            msgs = self.link.recv_many([(torch.empty(size), r) for r in self.workers], "train")
+            t1 = time.perf_counter()
+            scalars = [m[-proto.STEP_SCALARS:] for m in msgs]
+            grad = combine([m[:self.n_params] for m in msgs], [float(s[0]) for s in scalars])
+            n = torch.stack([s[2] for s in scalars])
+            if self.n_buf and float(n.sum()) > 0:
+                bufs = torch.stack([m[self.n_params:self.n_params + self.n_buf] for m in msgs])
+                merged = (bufs * n[:, None]).sum(0) / n.sum()
+                state = flat_state(self.model)
+                state[self.n_params:] = merged
+                load_flat_state(self.model, state)
+            if any(float(s[0]) > 0 for s in scalars):
+                set_grads(self.model, grad)
+                self.optimizer.step()
+            t2 = time.perf_counter()
+            self.broadcast_state("train")
+            reduce_s += t2 - t1
+            step_s += time.perf_counter() - t0
+            loss_sum += sum(float(s[1]) for s in scalars)
+            seeds += float(n.sum())
+            correct += sum(float(s[3]) for s in scalars)
+            if self.metrics is not None:
+                self.metrics.step_seconds.observe(time.perf_counter() - t0)
+        return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),
+                "reducer_seconds": reduce_s, "step_seconds": step_s}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Exact layer-wise inference: workers send their base rows, get their halo rows back."""
+        num_nodes = self.manifest["num_nodes"]
+        widths = self.model.widths
+        for layer in range(len(widths) - 1):
+            rows = self.link.recv_many(
+                [(torch.empty(self.base_ids[r].numel(), widths[layer]), r) for r in self.workers], "eval")
+            full = torch.zeros(num_nodes, widths[layer])
+            for r, h in zip(self.workers, rows):
+                full[self.base_ids[r]] = h
+            self.link.send_many([(full[self.halo_ids[r]], r) for r in self.workers], "eval")
+        stats = self.link.recv_many(
+            [(torch.empty(proto.EVAL_STATS_LEN, dtype=torch.float64), r) for r in self.workers], "eval")
+        total = torch.stack(stats).sum(0)
+        out = {}
+        for i, split in enumerate(proto.SPLITS):
+            count = float(total[3 * i + 2])
+            out[f"{split}_loss"] = float(total[3 * i]) / count if count else None
+            out[f"{split}_acc"] = float(total[3 * i + 1]) / count if count else None
+        return out
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def checkpoint_state(self, epoch: int, decision: RoundDecision) -> dict:
+        return {
+            "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "best": self.best, "decision": decision.__dict__, "history": self.history,
+            "config": dump_config(self.cfg),
+        }
+
+    def resume(self) -> tuple[int, RoundDecision]:
+        fresh = RoundDecision(0, round_seed(self.cfg.grappa.partition_seed, 0), 0)
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return 0, fresh
+        ck = load_checkpoint(path)
+        self.model.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.best, self.history = ck["best"], ck["history"]
+        for rec in self.history:
+            self.progress.val_history.append((rec["epoch"], rec.get("val_acc")))
+        log.info("resuming from %s (epoch %d)", path, ck["epoch"])
+        self._jsonl({"event": "resume", "epoch": ck["epoch"], "checkpoint": str(path)})
+        return ck["epoch"], RoundDecision(**ck["decision"])
+
+    def _jsonl(self, record: dict) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.cfg
+        epochs = cfg.training.epochs
+        self.receive_layouts()
+        start, decision = self.resume()
+        self.broadcast_state("control")
+        applied: Optional[RoundDecision] = None
+        rinfo: dict = {}
+        started = time.perf_counter()
+        for epoch in range(start, epochs):
+            t0 = time.perf_counter()
+            before = self.link.bytes.snapshot()
+            decision = self.rounds.decide(epoch, self.progress, decision)
+            if decision != applied:
+                rinfo = self.setup_round(decision, epoch)
+                applied = decision
+            do_eval = (epoch + 1) % cfg.training.eval_every == 0 or epoch == epochs - 1
+            rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch}
+            rec.update(self.train_epoch(epoch, rinfo, do_eval))
+            train_bytes = self._delta(before, "train")
+            eval_before = self.link.bytes.snapshot()
+            if do_eval:
+                rec.update(self.evaluate())
+                self._track_best(rec, epoch + 1)
+            rec.update({
+                "epoch_seconds": time.perf_counter() - t0, "wbar": rinfo["wbar"],
+                "train_bytes": train_bytes, "eval_bytes": self._delta(eval_before, "eval"),
+                "control_bytes": self._delta(before, "control"),
+                "best_val": self.best["val"], "best_test": self.best["test"],
+            })
+            self.history.append(rec)
+            self._jsonl(rec)
+            self._publish(rec, started, epoch + 1 - start)
+            if cfg.checkpoint.interval and (epoch + 1) % cfg.checkpoint.interval == 0:
+                save_checkpoint(self.run_dir, epoch + 1, self.checkpoint_state(epoch + 1, decision))
+        self.command(proto.control(proto.CMD_STOP))
+        return self.finish()
+
+    def _delta(self, before: dict, kind: str) -> int:
+        now = self.link.bytes.snapshot()
+        return sum(now[d].get(kind, 0) - before[d].get(kind, 0) for d in ("sent", "received"))
+
+    def _track_best(self, rec: dict, epoch: int) -> None:
+        val = rec.get("val_acc")
+        if val is not None and val > self.best["val"]:
+            self.best = {"val": val, "test": rec.get("test_acc"), "epoch": epoch,
+                         "state": {k: v.clone() for k, v in self.model.state_dict().items()}}
+
+    def _publish(self, rec: dict, started: float, done_here: int) -> None:
+        p = self.progress
+        p.epoch, p.round, p.loss = rec["epoch"], rec["round"], rec["loss"]
+        if "val_acc" in rec:
+            p.train_acc, p.val_acc, p.test_acc = rec["train_acc"], rec["val_acc"], rec["test_acc"]
+            p.val_history.append((rec["epoch"], rec["val_acc"]))
+        p.best_val, p.best_epoch = self.best["val"], self.best["epoch"]
+        p.epoch_seconds = rec["epoch_seconds"]
+        p.train_bytes_per_epoch, p.eval_bytes_per_epoch = rec["train_bytes"], rec["eval_bytes"]
+        p.eta_seconds = (time.perf_counter() - started) / done_here * (p.epochs_total - p.epoch)
+        self.sink.report(p, final=False)
+        m = self.metrics
+        if m is not None:
+            m.loss.set(rec["loss"])
+            m.epoch.set(rec["epoch"])
+            m.epoch_seconds.set(rec["epoch_seconds"])
+            for name in ("train", "val", "test"):
+                if rec.get(f"{name}_acc") is not None:
+                    getattr(m, f"{name}_acc").set(rec[f"{name}_acc"])
+            m.best_val.set(max(self.best["val"], 0.0))
+            m.observe_bytes(self.link.bytes)
+
+    def finish(self) -> dict:
+        if self.best["state"] is not None:
+            torch.save(self.best["state"], self.run_dir / "model.pt")
+        result = {"test_acc": self.best["test"], "best_val": self.best["val"],
+                  "best_epoch": self.best["epoch"]}
+        self.progress.test_acc = self.best["test"]
+        self.sink.report(self.progress, final=True)
+        return result

@@ -1,0 +1,164 @@
+"""Command line: `grappa prepare | train | single | aggregator | worker`.
+
+Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
+Exit codes: 0 ok, 1 failure, 2 invalid configuration, 3 the job cannot run with this data.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Optional
+
+import yaml
+
+from .config import ConfigError, TrainConfig, load_config
+
+EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
+
+# flag -> dotted config field
+FLAGS = {
+    "partitions": ("partitions", int), "dataset": ("dataset.name", str),
+    "data_root": ("dataset.root", str), "download": ("dataset.download", None),
+    "arch": ("model.arch", str), "layers": ("model.layers", int), "hidden": ("model.hidden", int),
+    "dropout": ("model.dropout", float), "mode": ("training.mode", str),
+    "epochs": ("training.epochs", int), "batch_size": ("training.batch_size", int),
+    "lr": ("training.lr", float), "seed": ("training.seed", int),
+    "eval_every": ("training.eval_every", int), "correction": ("grappa.correction", str),
+    "shrinkage": ("grappa.shrinkage", float), "chunks": ("grappa.chunks", int),
+    "partition_seed": ("grappa.partition_seed", int), "rounds_every": ("grappa.rounds.every", int),
+    "pairing": ("grappa.rounds.pairing", str), "checkpoint_interval": ("checkpoint.interval", int),
+    "run_dir": ("run_dir", str), "store_dir": ("store_dir", str), "metrics_port": ("metrics_port", int),
+}
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML or JSON file with a TrainConfig (see docs/trainer.md)")
+    for name, (field, typ) in FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        if typ is None:
+            p.add_argument(flag, action="store_true", default=None, help=f"sets {field}")
+        else:
+            p.add_argument(flag, type=typ, help=f"sets {field}")
+    p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any config field, dotted (e.g. --set dataset.synthetic.num_nodes=20000)")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    overrides: dict = {}
+    for name, (field, _) in FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[field] = value
+    if getattr(args, "fanouts", None):
+        try:
+            overrides["training.fanouts"] = [int(v) for v in args.fanouts.split(",")]
+        except ValueError:
+            raise ConfigError(f"--fanouts {args.fanouts!r}: give integers separated by commas, e.g. 15,10,5") from None
+    for item in getattr(args, "set", []):
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. grappa.shrinkage=0.5")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=os.environ.get("GRAPPA_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    threads = os.environ.get("GRAPPA_THREADS")
+    if threads:
+        import torch
+        torch.set_num_threads(int(threads))
+
+
+def cmd_prepare(cfg: TrainConfig, progress: bool = True) -> dict:
+    from .prepare import prepare_store
+    return prepare_store(cfg, progress=progress)
+
+
+def cmd_train(cfg: TrainConfig) -> int:
+    from .launcher import LaunchError, LocalJob
+    from .prepare import prepare_store
+    print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
+    prepare_store(cfg, progress=True)
+    print(f"grappa: training {cfg.model.arch.upper()} x{cfg.model.layers} on {cfg.dataset.name} "
+          f"with P={cfg.partitions} workers ({cfg.training.mode}, correction={cfg.grappa.correction}, "
+          f"rounds every {cfg.grappa.rounds.every} epochs); logs in {cfg.run_dir}/logs", file=sys.stderr)
+    try:
+        report = LocalJob(cfg).run()
+    except LaunchError as err:
+        print(f"grappa: error: {err}", file=sys.stderr)
+        return 1
+    print_result(report["result"], report, cfg.run_dir)
+    return 0
+
+
+def print_result(result: dict, report: dict, run_dir: str) -> None:
+    acc = result.get("test_acc")
+    mb = report.get("train_bytes_total", 0) / 1e6
+    print(f"final test accuracy {acc:.4f} (best validation {result['best_val']:.4f} at epoch "
+          f"{result['best_epoch']}); training traffic {mb:.1f} MB; report {run_dir}/report.json, "
+          f"plot {run_dir}/training.png")
+
+
+def cmd_single(cfg: TrainConfig) -> int:
+    from tqdm import tqdm
+
+    from .data import load_dataset
+    from .report import write_report
+    from .single import train_single
+    data = load_dataset(cfg.dataset)
+    with tqdm(total=cfg.training.epochs, desc="epochs", unit="ep") as bar:
+        def tick(rec: dict) -> None:
+            bar.update(1)
+            if rec.get("val_acc") is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", val=f"{rec['val_acc']:.3f}")
+        result, history = train_single(cfg, data, on_epoch=tick)
+    report_path = write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), history, result)
+    print_result(result, json.loads(report_path.read_text()), cfg.run_dir)
+    return 0
+
+
+def cmd_aggregator(cfg: TrainConfig) -> int:
+    from .entry import run_aggregator
+    run_aggregator(cfg)
+    return 0
+
+
+def cmd_worker(cfg: TrainConfig) -> int:
+    from .entry import run_worker
+    run_worker(cfg)
+    return 0
+
+
+COMMANDS = {
+    "prepare": ("write the chunk store for a job (idempotent)", lambda c: (cmd_prepare(c), 0)[1]),
+    "train": ("run a Grappa job locally: aggregator + P workers on 127.0.0.1", cmd_train),
+    "single": ("single-process full-graph baseline (no partitions)", cmd_single),
+    "aggregator": ("run rank 0 (used by pods and the local launcher)", cmd_aggregator),
+    "worker": ("run a worker rank (used by pods and the local launcher)", cmd_worker),
+}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="grappa", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, _) in COMMANDS.items():
+        add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    from .errors import CANNOT_RUN
+    try:
+        cfg = config_from_args(args)
+        if args.command not in ("aggregator", "worker"):
+            setup_logging()
+        return COMMANDS[args.command][1](cfg)
+    except ConfigError as err:
+        print(f"grappa: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except CANNOT_RUN as err:
+        print(f"grappa: error: {err}", file=sys.stderr)
+        return EXIT_CANNOT_RUN

@@ -1,0 +1,211 @@
+"""Training configuration: the one pydantic model the CLI, the pods and the GrappaJob spec share.
+
+Torch-free on purpose: the operator imports it to build the CRD schema and must stay slim.
+Field names are snake_case in Python and camelCase on the wire (YAML, CRD), both accepted.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+BUILTIN_DATASETS = (
+    "cora", "citeseer", "coauthor-cs", "coauthor-physics", "amazon-computers", "amazon-photo",
+)
+SYNTHETIC_DATASETS = ("csbm", "rmat")
+DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + ("file",)
+
+# Reference fanouts per depth, input layer first (DGL order), from the method doc §5.
+DEFAULT_FANOUTS = {1: [25], 2: [25, 10], 3: [15, 10, 5], 4: [20, 15, 10, 5]}
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True,
+    )
+
+
+class SyntheticConfig(Section):
+    """Parameters of the synthetic generators (ignored for real datasets)."""
+
+    num_nodes: int = Field(4000, ge=2, description="CSBM: number of nodes.")
+    num_classes: int = Field(5, ge=2, le=1000, description="CSBM: number of classes (blocks).")
+    num_features: int = Field(64, ge=1, description="Feature width for both generators.")
+    avg_degree: float = Field(10.0, gt=0, description="CSBM: expected out-degree per node.")
+    homophily: float = Field(0.8, ge=0, le=1, description="CSBM: share of edges inside a block.")
+    feature_signal: float = Field(
+        0.5, ge=0, description="CSBM: distance of class means in feature space (noise sd is 1).")
+    scale: int = Field(14, ge=4, le=30, description="RMAT: 2^scale nodes and 2^(scale+4) edges.")
+    seed: int = Field(0, ge=0, description="Seed of the generator.")
+
+
+class DatasetConfig(Section):
+    name: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
+        "csbm", description="Built-in dataset, synthetic generator, or 'file' for a saved PyG Data.")
+    root: Optional[str] = Field(
+        None, description="Folder holding the datasets (defaults to $GRAPPA_DATA_ROOT, then ./data).")
+    download: bool = Field(
+        False, description="Allow downloading a built-in dataset that is not under root.")
+    path: Optional[str] = Field(
+        None, description="For name=file: path to a torch.save'd torch_geometric.data.Data.")
+    split_seed: int = Field(0, ge=0, description="Seed of the split for datasets without a public one.")
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+
+    @model_validator(mode="after")
+    def _path_for_file(self) -> "DatasetConfig":
+        if self.name == "file" and not self.path:
+            raise ValueError("dataset.path is required when dataset.name is 'file'")
+        return self
+
+
+class ModelConfig(Section):
+    arch: Literal["gcn", "sage", "gat", "gin"] = Field("gcn", description="GNN layer type.")
+    layers: int = Field(2, ge=1, le=16, description="Number of message-passing layers.")
+    hidden: int = Field(128, ge=1, description="Hidden width.")
+    dropout: float = Field(0.5, ge=0, lt=1, description="Dropout probability.")
+    heads: int = Field(4, ge=1, description="Attention heads (GAT only).")
+
+
+class TrainingConfig(Section):
+    mode: Literal["full-graph", "mini-batch"] = Field("full-graph", description="Step granularity.")
+    epochs: int = Field(100, ge=1, description="Number of epochs.")
+    batch_size: int = Field(1000, ge=1, description="Seeds per worker per step (mini-batch).")
+    fanouts: Optional[list[int]] = Field(
+        None, description="Neighbours sampled per layer, input layer first; default per depth.")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer at the aggregator.")
+    lr: float = Field(0.01, gt=0, description="Learning rate.")
+    weight_decay: float = Field(5e-4, ge=0, description="L2 penalty.")
+    seed: int = Field(0, ge=0, description="Seed of model initialisation, dropout and sampling.")
+    eval_every: int = Field(1, ge=1, description="Exact full-neighbour evaluation every k epochs.")
+
+    @model_validator(mode="after")
+    def _fanouts_positive(self) -> "TrainingConfig":
+        if self.fanouts is not None and any(f < 1 for f in self.fanouts):
+            raise ValueError("training.fanouts must all be >= 1 (use a large number for 'all')")
+        return self
+
+
+class PlateauConfig(Section):
+    patience: int = Field(5, ge=1, description="Evaluations without improvement before a new round.")
+    min_delta: float = Field(0.001, ge=0, description="Improvement in validation accuracy that counts.")
+
+
+class RoundsConfig(Section):
+    every: int = Field(
+        10, ge=0, description="Epochs per repartition round; 0 keeps fixed partitions (FP).")
+    pairing: Literal["sweep", "random"] = Field(
+        "sweep", description="How variable chunks move: (r + k) mod K sweep, or seeded random.")
+    plateau: Optional[PlateauConfig] = Field(
+        None, description="Also start a round when validation accuracy plateaus.")
+
+
+class GrappaConfig(Section):
+    correction: Literal["none", "batch", "node"] = Field(
+        "none", description="Coverage correction of the reducer (none = unweighted mean).")
+    shrinkage: float = Field(
+        0.5, ge=0, le=1, description="lambda: 1 = raw weights, 0 = unweighted mean.")
+    chunks: Optional[int] = Field(
+        None, ge=1, description="Number of chunks K (default: the number of partitions).")
+    partition_seed: int = Field(0, ge=0, description="Seed of the random node-to-chunk assignment.")
+    rounds: RoundsConfig = Field(default_factory=RoundsConfig)
+
+
+class CheckpointConfig(Section):
+    interval: int = Field(10, ge=0, description="Checkpoint every k epochs; 0 disables.")
+
+
+class TrainConfig(Section):
+    """A whole Grappa job as the trainer sees it."""
+
+    partitions: int = Field(4, ge=1, le=1024, description="Number of workers P.")
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    grappa: GrappaConfig = Field(default_factory=GrappaConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    run_dir: str = Field("runs/latest", description="Where reports, metrics and checkpoints go.")
+    store_dir: Optional[str] = Field(
+        None, description="Chunk store folder (default: <runDir>/store).")
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Prometheus port of the aggregator; workers use +rank. 0 = off.")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "TrainConfig":
+        chunks = self.grappa.chunks
+        if chunks is not None and chunks < self.partitions:
+            raise ValueError(
+                f"grappa.chunks ({chunks}) must be >= partitions ({self.partitions}): "
+                "every worker needs its own base chunk")
+        fan = self.training.fanouts
+        if fan is not None and len(fan) != self.model.layers:
+            raise ValueError(
+                f"training.fanouts has {len(fan)} entries but model.layers is {self.model.layers}: "
+                "give one fanout per layer, input layer first")
+        return self
+
+    @property
+    def num_chunks(self) -> int:
+        return self.grappa.chunks or self.partitions
+
+    @property
+    def fanouts(self) -> list[int]:
+        if self.training.fanouts is not None:
+            return list(self.training.fanouts)
+        return list(DEFAULT_FANOUTS.get(self.model.layers, [10] * self.model.layers))
+
+    @property
+    def store_path(self) -> Path:
+        return Path(self.store_dir) if self.store_dir else Path(self.run_dir) / "store"
+
+
+class ConfigError(ValueError):
+    """A configuration a user wrote is invalid; the message names the field and the fix."""
+
+
+def format_validation_error(err: ValidationError, source: str = "config") -> str:
+    lines = [f"invalid {source}:"]
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {field}: {msg}")
+    return "\n".join(lines)
+
+
+def validate_config(data: dict, source: str = "config") -> TrainConfig:
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_config(path: Optional[str] = None, overrides: Optional[dict] = None) -> TrainConfig:
+    """Config from a YAML/JSON file, or from $GRAPPA_CONFIG (JSON), with dotted overrides on top."""
+    data: dict = {}
+    source = "config"
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = yaml.safe_load(p.read_text()) or {}
+        source = str(p)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+    elif os.environ.get("GRAPPA_CONFIG"):
+        data = json.loads(os.environ["GRAPPA_CONFIG"])
+        source = "$GRAPPA_CONFIG"
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return validate_config(data, source)
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    return cfg.model_dump_json(by_alias=True, exclude_none=True)

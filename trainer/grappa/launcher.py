@@ -1,0 +1,140 @@
+"""`grappa train`: the aggregator and P workers as local processes on 127.0.0.1.
+
+Same entry points as the Kubernetes pods. Shows a progress bar from the aggregator's per-epoch
+JSON lines; if any process fails, stops every other one and exits non-zero naming the rank.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .config import TrainConfig, dump_config
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def role(rank: int) -> str:
+    return "aggregator (rank 0)" if rank == 0 else f"worker {rank - 1} (rank {rank})"
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class LocalJob:
+    def __init__(self, cfg: TrainConfig, progress: bool = True, threads: Optional[int] = None):
+        self.cfg = cfg
+        self.progress = progress
+        self.world = cfg.partitions + 1
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.world)
+        self.run_dir = Path(cfg.run_dir)
+        self.log_dir = self.run_dir / "logs"
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        base_env = {**os.environ, "GRAPPA_CONFIG": dump_config(self.cfg), "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world),
+                    "OMP_NUM_THREADS": str(self.threads), "GRAPPA_THREADS": str(self.threads),
+                    "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+        base_env.pop("GRAPPA_JOB_NAME", None)  # local runs take rounds from the config
+        for rank in range(self.world):
+            cmd = [sys.executable, "-m", "grappa", "aggregator" if rank == 0 else "worker"]
+            log = open(self.log_dir / f"rank-{rank}.log", "ab")
+            self.procs.append(subprocess.Popen(
+                cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True))
+            log.close()
+
+    def stop_all(self, grace: float = 5.0) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def watch(self) -> None:
+        metrics = self.run_dir / "metrics.jsonl"
+        offset = metrics.stat().st_size if metrics.exists() else 0
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=self.cfg.training.epochs, desc="epochs", unit="ep", dynamic_ncols=True)
+        try:
+            while True:
+                offset = self._advance(metrics, offset, bar)
+                codes = [p.poll() for p in self.procs]
+                failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    rank, code = failed[0]
+                    self.stop_all()
+                    raise LaunchError(
+                        f"{role(rank)} exited with code {code}; stopped the other processes.\n"
+                        f"last lines of {self.log_dir / f'rank-{rank}.log'}:\n"
+                        f"{tail(self.log_dir / f'rank-{rank}.log')}")
+                if all(c == 0 for c in codes):
+                    self._advance(metrics, offset, bar)
+                    return
+                time.sleep(0.3)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    @staticmethod
+    def _advance(metrics: Path, offset: int, bar) -> int:
+        if not metrics.exists():
+            return offset
+        with open(metrics) as f:
+            f.seek(offset)
+            chunk = f.read()
+        complete = chunk[:chunk.rfind("\n") + 1]
+        for line in complete.splitlines():
+            rec = json.loads(line)
+            if bar is None:
+                continue
+            if rec.get("event") == "resume":
+                bar.n = rec["epoch"]
+            elif "epoch" in rec:
+                bar.n = rec["epoch"]
+                post = {"round": rec["round"], "loss": f"{rec['loss']:.3f}"}
+                if rec.get("val_acc") is not None:
+                    post["val"] = f"{rec['val_acc']:.3f}"
+                bar.set_postfix(post)
+            bar.refresh()
+        return offset + len(complete.encode())
+
+    def run(self) -> dict:
+        self.spawn()
+        try:
+            self.watch()
+        except KeyboardInterrupt:
+            self.stop_all()
+            raise
+        report = self.run_dir / "report.json"
+        if not report.exists():
+            raise LaunchError(f"all processes exited 0 but {report} was not written")
+        return json.loads(report.read_text())

@@ -1,0 +1,63 @@
+"""Prometheus metrics of the trainer (`grappa_trainer_*`), one registry per process.
+
+Every series carries `rank` (0 = aggregator) and `job` (the GrappaJob name, or "local").
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class TrainerMetrics:
+    def __init__(self, rank: int, job: str = "local"):
+        self.registry = CollectorRegistry()
+        labels = {"rank": str(rank), "job": job}
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"grappa_trainer_{name}", doc, list(labels), registry=self.registry).labels(**labels)
+
+        self.loss = gauge("loss", "Mean training loss over the last epoch's seeds.")
+        self.train_acc = gauge("train_accuracy", "Training accuracy at the last exact evaluation.")
+        self.val_acc = gauge("val_accuracy", "Validation accuracy at the last exact evaluation.")
+        self.test_acc = gauge("test_accuracy", "Test accuracy at the last exact evaluation.")
+        self.best_val = gauge("best_val_accuracy", "Best validation accuracy so far.")
+        self.epoch = gauge("epoch", "Epochs completed.")
+        self.epochs_total = gauge("epochs_total", "Epochs the job will run.")
+        self.round = gauge("round", "Current repartition round.")
+        self.epoch_seconds = gauge("epoch_seconds", "Wall time of the last epoch.")
+        self.coverage_mean = gauge("coverage_mean", "Mean seed coverage in the current round.")
+        self.weight_mean = gauge("weight_mean", "Mean reducer weight of the last step's seeds.")
+        self.step_seconds = Histogram(
+            "grappa_trainer_step_seconds", "Wall time of one training step.", list(labels),
+            buckets=STEP_BUCKETS, registry=self.registry).labels(**labels)
+        self._bytes = {
+            d: Counter(f"grappa_trainer_bytes_{d}", f"Payload bytes {d} by this rank, by traffic kind.",
+                       list(labels) + ["kind"], registry=self.registry)
+            for d in ("sent", "received")
+        }
+        self._published: dict[tuple[str, str], int] = {}
+        self._labels = labels
+
+    def observe_bytes(self, counter) -> None:
+        # The transport owns the totals; publish only what grew since the last call.
+        for direction, totals in (("sent", counter.sent), ("received", counter.received)):
+            for kind, total in totals.items():
+                delta = total - self._published.get((direction, kind), 0)
+                if delta > 0:
+                    self._bytes[direction].labels(**self._labels, kind=kind).inc(delta)
+                    self._published[(direction, kind)] = total
+
+    def serve(self, port: int, addr: Optional[str] = None) -> None:
+        start_http_server(port, addr=addr or os.environ.get("POD_IP") or "0.0.0.0",
+                          registry=self.registry)
+
+
+def metrics_port_for(base_port: int, rank: int) -> int:
+    """Pods have their own IP and share one port; local processes share a host and offset by rank."""
+    if base_port == 0:
+        return 0
+    return base_port if os.environ.get("POD_IP") else base_port + rank

@@ -1,0 +1,25 @@
+"""The aggregator <-> worker message layouts (shared so both ends agree on every byte).
+
+Control (aggregator -> worker), float64[8]: cmd, epoch, round, pairing_seed, steps, do_eval, wbar, 0.
+Round stats (worker -> aggregator), float64[6]: sum of seed coverage, seeds, local nodes, halo
+nodes, local edges, seconds to build.
+Step (worker -> aggregator), float32: gradient sum | float buffers | weight sum, loss sum, seeds,
+correct. Parameters (aggregator -> worker), float32: parameters | float buffers.
+Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
+"""
+from __future__ import annotations
+
+import torch
+
+CMD_ROUND, CMD_EPOCH, CMD_STOP = 1, 2, 3
+CONTROL_LEN = 8
+ROUND_STATS_LEN = 6
+STEP_SCALARS = 4
+EVAL_STATS_LEN = 9
+SPLITS = ("train", "val", "test")
+
+
+def control(cmd: int, epoch: int = 0, round_: int = 0, pairing_seed: int = 0, steps: int = 0,
+            do_eval: bool = False, wbar: float = 1.0) -> torch.Tensor:
+    return torch.tensor([cmd, epoch, round_, pairing_seed, steps, float(do_eval), wbar, 0.0],
+                        dtype=torch.float64)

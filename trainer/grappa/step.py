@@ -1,0 +1,38 @@
+"""One worker's contribution to a step, as a pure function (the worker sends it; tests and the
+gradient-fidelity harness call it directly)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .models import GNN, MessageGraph
+from .params import flat_grads
+from .reducer import seed_weights, weighted_loss_sum
+
+
+@dataclass
+class Contribution:
+    grad_sum: Tensor  # gradient of sum_v w_v l_v
+    weight_sum: float
+    loss_sum: float  # unweighted, for reporting
+    correct: int
+    seeds: int
+    mean_weight: float
+
+
+def contribution(model: GNN, x: Tensor, mg: MessageGraph, seeds_local: Tensor, cov: Tensor,
+                 y: Tensor, correction: str, lam: float, wbar: float) -> Contribution:
+    model.train()
+    model.zero_grad(set_to_none=True)
+    out = model(x, mg)[seeds_local]
+    losses = F.cross_entropy(out, y, reduction="none")
+    weights = seed_weights(cov, correction, lam, wbar)
+    loss, wsum = weighted_loss_sum(losses, weights)
+    loss.backward()
+    return Contribution(
+        grad_sum=flat_grads(model), weight_sum=wsum, loss_sum=float(losses.sum()),
+        correct=int((out.argmax(dim=1) == y).sum()), seeds=int(y.numel()),
+        mean_weight=float(weights.mean()) if weights.numel() else 0.0)
