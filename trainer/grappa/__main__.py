@@ -1,5 +1,9 @@
 import sys
+import warnings
 
-from .cli import main
+# PyG touches torch.jit.script at import time; the deprecation notice is noise for our users.
+warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated", category=FutureWarning)
+
+from .cli import main  # noqa: E402
 
 sys.exit(main())

@@ -150,7 +150,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name, (help_text, _) in COMMANDS.items():
         add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
     args = parser.parse_args(argv)
-    from .errors import CANNOT_RUN
     try:
         cfg = config_from_args(args)
         if args.command not in ("aggregator", "worker"):
@@ -159,6 +158,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ConfigError as err:
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
-    except CANNOT_RUN as err:
+    except Exception as err:
+        from .errors import CANNOT_RUN  # lazy: keeps config errors fast (no torch import)
+        if not isinstance(err, CANNOT_RUN):
+            raise
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CANNOT_RUN

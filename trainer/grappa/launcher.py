@@ -64,6 +64,8 @@ class LocalJob:
                 cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True))
             log.close()
+        # Which process is which rank, for people (and tests) who need to signal one.
+        (self.run_dir / "pids.json").write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
 
     def stop_all(self, grace: float = 5.0) -> None:
         for p in self.procs:

@@ -33,6 +33,6 @@ def contribution(model: GNN, x: Tensor, mg: MessageGraph, seeds_local: Tensor, c
     loss, wsum = weighted_loss_sum(losses, weights)
     loss.backward()
     return Contribution(
-        grad_sum=flat_grads(model), weight_sum=wsum, loss_sum=float(losses.sum()),
+        grad_sum=flat_grads(model), weight_sum=wsum, loss_sum=float(losses.detach().sum()),
         correct=int((out.argmax(dim=1) == y).sum()), seeds=int(y.numel()),
         mean_weight=float(weights.mean()) if weights.numel() else 0.0)

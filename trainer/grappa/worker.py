@@ -106,7 +106,10 @@ class Worker:
 
     def run_epoch(self, epoch: int, steps: int, wbar: float) -> None:
         g = self.graph
-        gen = torch.Generator().manual_seed(self.cfg.training.seed * 100_003 + self.link.rank * 7_919 + epoch)
+        # Seeded per (seed, rank, epoch) so a run resumed from a checkpoint replays exactly.
+        epoch_seed = self.cfg.training.seed * 100_003 + self.link.rank * 7_919 + epoch
+        gen = torch.Generator().manual_seed(epoch_seed)
+        torch.manual_seed(epoch_seed)  # dropout masks
         if self.cfg.training.mode == "full-graph":
             batches = [self.seeds] if self.seeds.numel() else []
         else:

@@ -1,0 +1,117 @@
+"""Real multi-process runs through the local launcher (gloo on 127.0.0.1)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grappa.config import TrainConfig
+from grappa.launcher import LaunchError, LocalJob
+from grappa.models import GNN
+from grappa.params import num_buffer_values, num_params
+from grappa.prepare import prepare_store
+from grappa.protocol import STEP_SCALARS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def job(tmp_path, **overrides) -> TrainConfig:
+    base = {"partitions": 2, "dataset": {"name": "csbm", "synthetic": {"numNodes": 600}},
+            "model": {"hidden": 16}, "training": {"epochs": 3},
+            "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")}
+    for k, v in overrides.items():
+        node = base
+        *parents, leaf = k.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v
+    cfg = TrainConfig.model_validate(base)
+    prepare_store(cfg, progress=False)
+    return cfg
+
+
+@pytest.mark.parametrize("mode", ["full-graph", "mini-batch"])
+def test_training_bytes_are_exactly_the_gradient_only_floor(tmp_path, mode):
+    cfg = job(tmp_path, **{"training.mode": mode, "training.batchSize": 100,
+                           "model.arch": "gin", "grappa.rounds.every": 1})
+    report = LocalJob(cfg, progress=False).run()
+    model = GNN(cfg.model, 64, 5)
+    state = 4 * (num_params(model) + num_buffer_values(model))
+    per_step_per_worker = (state + 4 * STEP_SCALARS) + state  # up: grads + scalars; down: params
+    seeds_per_worker = []
+    hist = report["history"]
+    steps = 1 if mode == "full-graph" else None
+    for rec in hist:
+        if steps is None:
+            # every worker runs max_p ceil(n_train_p / batch) steps; 600 nodes, 20% train, P=2
+            steps = max(1, -(-max(60, 70) // 100))
+        assert rec["train_bytes"] == cfg.partitions * steps * per_step_per_worker
+    assert report["rounds"] == [0, 1, 2]  # a new round every epoch, switched at boundaries
+
+
+def test_resume_continues_at_the_saved_epoch_and_replays_exactly(tmp_path):
+    full = job(tmp_path / "a", **{"training.epochs": 4, "checkpoint.interval": 2})
+    ref = LocalJob(full, progress=False).run()
+    part = job(tmp_path / "b", **{"training.epochs": 2, "checkpoint.interval": 2})
+    LocalJob(part, progress=False).run()
+    resumed_cfg = job(tmp_path / "b", **{"training.epochs": 4, "checkpoint.interval": 2})
+    resumed = LocalJob(resumed_cfg, progress=False).run()
+    lines = [json.loads(l) for l in (Path(resumed_cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert {"event": "resume", "epoch": 2} == {k: lines[2][k] for k in ("event", "epoch")}
+    assert [l["epoch"] for l in lines if "loss" in l] == [1, 2, 3, 4]
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3, 4]
+    for a, b in zip(ref["history"], resumed["history"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a.get("val_acc") == pytest.approx(b.get("val_acc"))
+
+
+def test_killed_worker_stops_the_job_and_names_the_rank(tmp_path):
+    cfg = job(tmp_path, **{"training.epochs": 100000})
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "grappa", "train",
+         "--set", f"runDir={cfg.run_dir}", "--set", f"storeDir={cfg.store_dir}",
+         "--set", "partitions=2", "--set", "dataset.synthetic.numNodes=600",
+         "--set", "model.hidden=16", "--set", "training.epochs=100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
+    metrics = Path(cfg.run_dir) / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert launcher.poll() is None, launcher.stdout.read()
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    pids = json.loads((Path(cfg.run_dir) / "pids.json").read_text())
+    os.kill(pids["2"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    out, _ = launcher.communicate(timeout=60)
+    assert time.monotonic() - killed_at < 60
+    assert launcher.returncode != 0
+    assert "worker 1 (rank 2)" in out
+    for pid in pids.values():  # no orphans
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_bad_config_names_the_field(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grappa", "train", "--layers", "3", "--fanouts", "10,5",
+         "--run-dir", str(tmp_path)], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
+    assert out.returncode == 2
+    assert "training.fanouts has 2 entries but model.layers is 3" in out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "grappa", "train", "--set", "grappa.shrinkage=2", "--run-dir", str(tmp_path)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
+    assert out.returncode == 2 and "grappa.shrinkage" in out.stderr
+
+
+@pytest.mark.slow
+def test_cora_p4_reaches_075_test_accuracy(data_root, tmp_path):
+    cfg = job(tmp_path, **{"partitions": 4, "dataset": {"name": "cora"}, "model.hidden": 128,
+                           "training.epochs": 100, "grappa.rounds.every": 10})
+    report = LocalJob(cfg, progress=False).run()
+    assert report["result"]["test_acc"] >= 0.75, report["result"]
+    assert len(report["rounds"]) >= 5
