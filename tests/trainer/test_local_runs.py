@@ -115,3 +115,18 @@ def test_cora_p4_reaches_075_test_accuracy(data_root, tmp_path):
     report = LocalJob(cfg, progress=False).run()
     assert report["result"]["test_acc"] >= 0.75, report["result"]
     assert len(report["rounds"]) >= 5
+
+
+@pytest.mark.parametrize("mode,arch", [("full-graph", "gcn"), ("mini-batch", "gin")])
+def test_in_process_simulation_matches_the_multi_process_run(tmp_path, mode, arch):
+    from grappa.simulate import Simulation
+    cfg = job(tmp_path, **{"training.mode": mode, "training.batchSize": 50, "model.arch": arch,
+                           "training.epochs": 4, "grappa.rounds.every": 2, "grappa.correction": "node"})
+    real = LocalJob(cfg, progress=False).run()
+    result, sim = Simulation(cfg).run()
+    for a, b in zip(real["history"], sim):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
+        assert a["val_acc"] == pytest.approx(b["val_acc"], abs=1e-6)
+        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-6)
+        assert a["train_bytes"] == b["train_bytes"]
+    assert result["test_acc"] == pytest.approx(real["result"]["test_acc"])

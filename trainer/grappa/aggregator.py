@@ -34,6 +34,24 @@ def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Opti
     return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
 
 
+def apply_messages(model: torch.nn.Module, optimizer: torch.optim.Optimizer, msgs: list[torch.Tensor],
+                   n_params: int, n_buf: int) -> tuple[float, float, float]:
+    """Reduce one step's worker messages into the model; returns (seeds, loss sum, correct)."""
+    scalars = [m[-proto.STEP_SCALARS:] for m in msgs]
+    grad = combine([m[:n_params] for m in msgs], [float(s[0]) for s in scalars])
+    n = torch.stack([s[2] for s in scalars])
+    if n_buf and float(n.sum()) > 0:
+        # BatchNorm running stats: seed-weighted mean of the workers' copies.
+        bufs = torch.stack([m[n_params:n_params + n_buf] for m in msgs])
+        state = flat_state(model)
+        state[n_params:] = (bufs * n[:, None]).sum(0) / n.sum()
+        load_flat_state(model, state)
+    if any(float(s[0]) > 0 for s in scalars):
+        set_grads(model, grad)
+        optimizer.step()
+    return float(n.sum()), sum(float(s[1]) for s in scalars), sum(float(s[3]) for s in scalars)
+
+
 class Aggregator:
     def __init__(self, cfg: TrainConfig, link: Link, rounds: RoundSource,
                  sink: Optional[ProgressSink] = None, metrics=None):
@@ -100,25 +118,15 @@ class Aggregator:
             t0 = time.perf_counter()
             msgs = self.link.recv_many([(torch.empty(size), r) for r in self.workers], "train")
             t1 = time.perf_counter()
-            scalars = [m[-proto.STEP_SCALARS:] for m in msgs]
-            grad = combine([m[:self.n_params] for m in msgs], [float(s[0]) for s in scalars])
-            n = torch.stack([s[2] for s in scalars])
-            if self.n_buf and float(n.sum()) > 0:
-                bufs = torch.stack([m[self.n_params:self.n_params + self.n_buf] for m in msgs])
-                merged = (bufs * n[:, None]).sum(0) / n.sum()
-                state = flat_state(self.model)
-                state[self.n_params:] = merged
-                load_flat_state(self.model, state)
-            if any(float(s[0]) > 0 for s in scalars):
-                set_grads(self.model, grad)
-                self.optimizer.step()
+            n_seeds, step_loss, step_correct = apply_messages(
+                self.model, self.optimizer, msgs, self.n_params, self.n_buf)
             t2 = time.perf_counter()
             self.broadcast_state("train")
             reduce_s += t2 - t1
             step_s += time.perf_counter() - t0
-            loss_sum += sum(float(s[1]) for s in scalars)
-            seeds += float(n.sum())
-            correct += sum(float(s[3]) for s in scalars)
+            loss_sum += step_loss
+            seeds += n_seeds
+            correct += step_correct
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
         return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),

@@ -6,7 +6,6 @@ over its base chunks with all in-edges, exchanging boundary rows through the agg
 """
 from __future__ import annotations
 
-import logging
 import math
 import time
 from typing import Optional
@@ -18,38 +17,31 @@ from torch import Tensor
 from . import protocol as proto
 from .chunks import ChunkStore
 from .config import TrainConfig
-from .coverage import coverage
-from .local_graph import LocalGraph, build_local_graph
+from .local_graph import build_local_graph
 from .models import GNN, build_message_graph
 from .params import flat_state, load_flat_state, num_buffer_values, num_params
-from .rounds import RoundDecision, base_chunks, variable_chunk
-from .sampling import make_sampler
-from .step import contribution
+from .rounds import RoundDecision
+from .shard import Shard
+from .step import Contribution
 from .transport import Link
-
-log = logging.getLogger("grappa.worker")
-
 
 class Worker:
     def __init__(self, cfg: TrainConfig, link: Link, store: Optional[ChunkStore] = None):
         self.cfg = cfg
         self.link = link
-        self.index = link.rank - 1
         self.store = store or ChunkStore(cfg.store_path)
         man = self.store.manifest
         torch.manual_seed(cfg.training.seed)
         self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
-        self.base = base_chunks(self.index, cfg.partitions, cfg.num_chunks)
-        self.graph: Optional[LocalGraph] = None
-        self.cov: Optional[Tensor] = None
+        self.shard = Shard(cfg, link.rank, self.store, self.model)
         self.metrics = None  # set by the entry point when a metrics port is configured
 
     # -- set-up ------------------------------------------------------------------------------
     def send_eval_layout(self) -> None:
         """Tell the aggregator which rows this worker owns and which it needs at evaluation."""
-        self.eval_graph = build_local_graph(self.store, self.base, None)
+        self.eval_graph = build_local_graph(self.store, self.shard.base, None)
         self.eval_mg = build_message_graph(
             self.eval_graph.edge_index, self.eval_graph.num_nodes, self.eval_graph.deg,
             need_gcn=self.model.needs_gcn_weights)
@@ -61,76 +53,28 @@ class Worker:
         buf = torch.empty(self.n_params + self.n_buf, dtype=torch.float32)
         load_flat_state(self.model, self.link.recv(buf, 0, kind))
 
-    # -- rounds ------------------------------------------------------------------------------
     def setup_round(self, decision: RoundDecision) -> None:
-        t0 = time.perf_counter()
-        var = variable_chunk(self.index, self.cfg.partitions, self.cfg.num_chunks, decision,
-                             self.cfg.grappa.rounds.pairing)
-        g = build_local_graph(self.store, self.base, var)
-        self.graph = g
-        self.mg = build_message_graph(g.edge_index, g.num_nodes, g.deg,
-                                      need_gcn=self.model.needs_gcn_weights)
-        self.cov = coverage(g.edge_index, g.complete, self.cfg.model.layers).to(torch.float32)
-        self.seeds = g.seeds
-        if self.cfg.training.mode == "mini-batch":
-            self.sampler = make_sampler(g.edge_index, g.num_nodes, self.cfg.fanouts)
-        stats = torch.tensor([
-            float(self.cov[self.seeds].sum()), self.seeds.numel(), g.num_nodes, g.num_halo,
-            g.edge_index.shape[1], time.perf_counter() - t0], dtype=torch.float64)
+        st = self.shard.setup_round(decision)
+        stats = torch.tensor([st.coverage_sum, st.seeds, st.nodes, st.halo, st.edges, st.seconds],
+                             dtype=torch.float64)
         self.link.send(stats, 0, "control")
-        log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
-                 decision.round, var, g.num_nodes, g.num_halo, g.edge_index.shape[1],
-                 float(self.cov[self.seeds].mean()) if self.seeds.numel() else float("nan"))
         if self.metrics is not None:
             self.metrics.round.set(decision.round)
-            if self.seeds.numel():
-                self.metrics.coverage_mean.set(float(self.cov[self.seeds].mean()))
+            if st.seeds:
+                self.metrics.coverage_mean.set(st.coverage_sum / st.seeds)
 
     # -- training ----------------------------------------------------------------------------
-    def step_message(self, x: Tensor, mg, seeds_local: Tensor, seeds_cov: Tensor,
-                     y: Tensor, wbar: float) -> Tensor:
-        """Forward/backward on one batch; returns the message the aggregator reduces."""
-        g = self.cfg.grappa
-        c = contribution(self.model, x, mg, seeds_local, seeds_cov, y, g.correction, g.shrinkage, wbar)
-        scalars = torch.tensor([c.weight_sum, c.loss_sum, float(c.seeds), float(c.correct)])
-        if self.metrics is not None:
-            self.metrics.weight_mean.set(c.mean_weight)
-        buffers = flat_state(self.model)[self.n_params:]
-        return torch.cat([c.grad_sum, buffers, scalars]).to(torch.float32)
-
-    def empty_message(self) -> Tensor:
-        """A worker with no batch left this epoch still answers, with zero weight."""
-        msg = torch.zeros(self.n_params + self.n_buf + proto.STEP_SCALARS)
-        msg[self.n_params:self.n_params + self.n_buf] = flat_state(self.model)[self.n_params:]
-        return msg
-
     def run_epoch(self, epoch: int, steps: int, wbar: float) -> None:
-        g = self.graph
-        # Seeded per (seed, rank, epoch) so a run resumed from a checkpoint replays exactly.
-        epoch_seed = self.cfg.training.seed * 100_003 + self.link.rank * 7_919 + epoch
-        gen = torch.Generator().manual_seed(epoch_seed)
-        torch.manual_seed(epoch_seed)  # dropout masks
-        if self.cfg.training.mode == "full-graph":
-            batches = [self.seeds] if self.seeds.numel() else []
-        else:
-            order = self.seeds[torch.randperm(self.seeds.numel(), generator=gen)]
-            batches = list(order.split(self.cfg.training.batch_size)) if order.numel() else []
+        batches = self.shard.start_epoch(epoch)
         for step in range(steps):
             t0 = time.perf_counter()
             if step < len(batches):
-                batch = batches[step]
-                if self.cfg.training.mode == "full-graph":
-                    msg = self.step_message(g.x, self.mg, batch, self.cov[batch], g.y[batch], wbar)
-                else:
-                    sub = self.sampler.sample(batch, gen)
-                    n_id = sub.n_id
-                    mg = build_message_graph(sub.edge_index, n_id.numel(), g.deg[n_id],
-                                             sampled_in=sub.num_sampled_nbrs,
-                                             need_gcn=self.model.needs_gcn_weights)
-                    local = torch.arange(sub.batch_size)
-                    msg = self.step_message(g.x[n_id], mg, local, self.cov[batch], g.y[batch], wbar)
+                c = self.shard.contribute(batches[step], wbar)
+                msg = pack_message(c, self.model, self.n_params)
+                if self.metrics is not None:
+                    self.metrics.weight_mean.set(c.mean_weight)
             else:
-                msg = self.empty_message()
+                msg = empty_message(self.model, self.n_params, self.n_buf)
             self.link.send(msg, 0, "train")
             self.receive_state("train")
             if self.metrics is not None:
@@ -180,6 +124,20 @@ class Worker:
                 if self.metrics is not None:
                     self.metrics.epoch.set(int(epoch) + 1)
                     self.metrics.observe_bytes(self.link.bytes)
+
+
+def pack_message(c: Contribution, model: GNN, n_params: int) -> Tensor:
+    """Step message layout (protocol.py): gradient sum | float buffers | 4 scalars."""
+    scalars = torch.tensor([c.weight_sum, c.loss_sum, float(c.seeds), float(c.correct)])
+    buffers = flat_state(model)[n_params:]
+    return torch.cat([c.grad_sum, buffers, scalars]).to(torch.float32)
+
+
+def empty_message(model: GNN, n_params: int, n_buf: int) -> Tensor:
+    """A worker with no batch left this epoch still answers, with zero weight."""
+    msg = torch.zeros(n_params + n_buf + proto.STEP_SCALARS)
+    msg[n_params:n_params + n_buf] = flat_state(model)[n_params:]
+    return msg
 
 
 def steps_per_epoch(num_seeds: list[int], mode: str, batch_size: int) -> int:

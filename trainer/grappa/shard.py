@@ -1,0 +1,93 @@
+"""What one worker holds and computes, without any transport: its round's local subgraph,
+seed coverage, batches and per-batch contributions. The process worker wraps it with a link;
+the in-process simulation runs P of them."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .chunks import ChunkStore
+from .config import TrainConfig
+from .coverage import coverage
+from .local_graph import LocalGraph, build_local_graph
+from .models import GNN, build_message_graph
+from .rounds import RoundDecision, base_chunks, variable_chunk
+from .sampling import make_sampler
+from .step import Contribution, contribution
+
+log = logging.getLogger("grappa.worker")
+
+
+@dataclass
+class RoundStats:
+    coverage_sum: float
+    seeds: int
+    nodes: int
+    halo: int
+    edges: int
+    seconds: float
+
+
+def epoch_seed(seed: int, rank: int, epoch: int) -> int:
+    """Seeded per (seed, rank, epoch) so a run resumed from a checkpoint replays exactly."""
+    return seed * 100_003 + rank * 7_919 + epoch
+
+
+class Shard:
+    def __init__(self, cfg: TrainConfig, rank: int, store: ChunkStore, model: GNN):
+        self.cfg = cfg
+        self.rank = rank  # 1..P; worker index rank - 1
+        self.index = rank - 1
+        self.store = store
+        self.model = model
+        self.base = base_chunks(self.index, cfg.partitions, cfg.num_chunks)
+        self.graph: Optional[LocalGraph] = None
+
+    def setup_round(self, decision: RoundDecision) -> RoundStats:
+        t0 = time.perf_counter()
+        var = variable_chunk(self.index, self.cfg.partitions, self.cfg.num_chunks, decision,
+                             self.cfg.grappa.rounds.pairing)
+        g = build_local_graph(self.store, self.base, var)
+        self.graph = g
+        self.mg = build_message_graph(g.edge_index, g.num_nodes, g.deg,
+                                      need_gcn=self.model.needs_gcn_weights)
+        self.cov = coverage(g.edge_index, g.complete, self.cfg.model.layers).to(torch.float32)
+        self.seeds = g.seeds
+        if self.cfg.training.mode == "mini-batch":
+            self.sampler = make_sampler(g.edge_index, g.num_nodes, self.cfg.fanouts)
+        cov_seeds = self.cov[self.seeds]
+        log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
+                 decision.round, var, g.num_nodes, g.num_halo, g.edge_index.shape[1],
+                 float(cov_seeds.mean()) if self.seeds.numel() else float("nan"))
+        return RoundStats(float(cov_seeds.sum()), int(self.seeds.numel()), g.num_nodes, g.num_halo,
+                          int(g.edge_index.shape[1]), time.perf_counter() - t0)
+
+    def start_epoch(self, epoch: int) -> list[Tensor]:
+        """Seeds the RNGs for this epoch and returns its batches of seeds."""
+        s = epoch_seed(self.cfg.training.seed, self.rank, epoch)
+        self.gen = torch.Generator().manual_seed(s)
+        torch.manual_seed(s)  # dropout masks
+        if not self.seeds.numel():
+            return []
+        if self.cfg.training.mode == "full-graph":
+            return [self.seeds]
+        order = self.seeds[torch.randperm(self.seeds.numel(), generator=self.gen)]
+        return list(order.split(self.cfg.training.batch_size))
+
+    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
+        g, gc = self.graph, self.cfg.grappa
+        if self.cfg.training.mode == "full-graph":
+            return contribution(self.model, g.x, self.mg, batch, self.cov[batch], g.y[batch],
+                                gc.correction, gc.shrinkage, wbar)
+        sub = self.sampler.sample(batch, self.gen)
+        n_id = sub.n_id
+        mg = build_message_graph(sub.edge_index, n_id.numel(), g.deg[n_id],
+                                 sampled_in=sub.num_sampled_nbrs,
+                                 need_gcn=self.model.needs_gcn_weights)
+        return contribution(self.model, g.x[n_id], mg, torch.arange(sub.batch_size),
+                            self.cov[batch], g.y[batch], gc.correction, gc.shrinkage, wbar)

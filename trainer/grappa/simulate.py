@@ -1,0 +1,99 @@
+"""Grappa in one process: the P shards, the reducer and the optimizer of a real run, without
+transport. Same code path and the same RNG streams as the multi-process run, so the numbers match
+it (tests check this); used by the accuracy benchmark and the gradient-fidelity harness, where
+process start-up and gloo would only add noise and minutes.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+
+from .aggregator import apply_messages, make_optimizer
+from .chunks import ChunkStore
+from .config import TrainConfig
+from .data import load_dataset
+from .models import GNN
+from .params import flat_state, load_flat_state, num_buffer_values, num_params
+from .rounds import RoundDecision, ScheduleRounds, round_seed
+from .shard import Shard
+from .single import evaluate_full, full_message_graph
+from .worker import empty_message, pack_message, steps_per_epoch
+
+
+class Simulation:
+    def __init__(self, cfg: TrainConfig, data=None, store: Optional[ChunkStore] = None):
+        self.cfg = cfg
+        self.store = store or ChunkStore(cfg.store_path)
+        man = self.store.manifest
+        torch.manual_seed(cfg.training.seed)
+        self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
+        self.optimizer = make_optimizer(cfg, self.model)
+        self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
+        self.shards = [Shard(cfg, r, self.store, self.model) for r in range(1, cfg.partitions + 1)]
+        self.data = data if data is not None else load_dataset(cfg.dataset)
+        self.eval_mg = full_message_graph(self.data, self.model)
+        self.state_bytes = 4 * (self.n_params + self.n_buf)
+
+    def setup_round(self, decision: RoundDecision) -> tuple[float, int]:
+        stats = [s.setup_round(decision) for s in self.shards]
+        wbar = sum(st.coverage_sum for st in stats) / max(1, sum(st.seeds for st in stats))
+        steps = steps_per_epoch([st.seeds for st in stats], self.cfg.training.mode,
+                                self.cfg.training.batch_size)
+        return wbar, steps
+
+    def train_epoch(self, epoch: int, steps: int, wbar: float) -> dict:
+        batches, rng = [], []
+        for s in self.shards:
+            batches.append(s.start_epoch(epoch))
+            rng.append(torch.get_rng_state())  # each worker process has its own RNG stream
+        state = flat_state(self.model)
+        loss_sum = seeds = 0.0
+        for step in range(steps):
+            msgs = []
+            for i, s in enumerate(self.shards):
+                load_flat_state(self.model, state)  # every replica starts the step identical
+                torch.set_rng_state(rng[i])
+                if step < len(batches[i]):
+                    msgs.append(pack_message(s.contribute(batches[i][step], wbar), self.model, self.n_params))
+                else:
+                    msgs.append(empty_message(self.model, self.n_params, self.n_buf))
+                rng[i] = torch.get_rng_state()
+            load_flat_state(self.model, state)
+            n, loss, _ = apply_messages(self.model, self.optimizer, msgs, self.n_params, self.n_buf)
+            state = flat_state(self.model)
+            loss_sum += loss
+            seeds += n
+        return {"loss": loss_sum / max(seeds, 1.0),
+                # what the multi-process run would put on the wire (exact, see protocol.py)
+                "train_bytes": self.cfg.partitions * steps * (2 * self.state_bytes + 16)}
+
+    def run(self, on_epoch: Optional[Callable[[dict], None]] = None) -> tuple[dict, list[dict]]:
+        cfg = self.cfg
+        rounds = ScheduleRounds(cfg.grappa.rounds, cfg.grappa.partition_seed)
+        decision = RoundDecision(0, round_seed(cfg.grappa.partition_seed, 0), 0)
+        applied: Optional[RoundDecision] = None
+        best = {"val": -1.0, "test": None, "epoch": None}
+        history: list[dict] = []
+        from .rounds import Progress
+        progress = Progress(epochs_total=cfg.training.epochs)
+        for epoch in range(cfg.training.epochs):
+            t0 = time.perf_counter()
+            decision = rounds.decide(epoch, progress, decision)
+            if decision != applied:
+                wbar, steps = self.setup_round(decision)
+                applied = decision
+            rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch}
+            rec.update(self.train_epoch(epoch, steps, wbar))
+            if (epoch + 1) % cfg.training.eval_every == 0 or epoch == cfg.training.epochs - 1:
+                rec.update(evaluate_full(self.model, self.data, self.eval_mg))
+                progress.val_history.append((epoch + 1, rec["val_acc"]))
+                if rec["val_acc"] > best["val"]:
+                    best = {"val": rec["val_acc"], "test": rec["test_acc"], "epoch": epoch + 1}
+            rec.update({"epoch_seconds": time.perf_counter() - t0, "wbar": wbar,
+                        "best_val": best["val"], "best_test": best["test"]})
+            history.append(rec)
+            if on_epoch:
+                on_epoch(rec)
+        return {"test_acc": best["test"], "best_val": best["val"], "best_epoch": best["epoch"]}, history
