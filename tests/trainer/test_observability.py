@@ -1,0 +1,81 @@
+"""Metrics endpoint, the per-epoch report, and the Kubernetes status adapter (with a fake API)."""
+import json
+import socket
+import urllib.request
+
+from grappa.kube import JobStatus
+from grappa.metrics import TrainerMetrics, metrics_port_for
+from grappa.report import write_report
+from grappa.rounds import Progress, RoundDecision
+from grappa.transport import ByteCounter
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_metrics_are_served_with_project_names():
+    m = TrainerMetrics(rank=0, job="demo")
+    port = free_port()
+    m.serve(port, addr="127.0.0.1")
+    m.loss.set(0.25)
+    m.round.set(3)
+    m.step_seconds.observe(0.02)
+    counter = ByteCounter()
+    counter.sent["train"] += 1000
+    m.observe_bytes(counter)
+    counter.sent["train"] += 500
+    m.observe_bytes(counter)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'grappa_trainer_loss{job="demo",rank="0"} 0.25' in body
+    assert 'grappa_trainer_round{job="demo",rank="0"} 3.0' in body
+    assert 'grappa_trainer_bytes_sent_total{job="demo",kind="train",rank="0"} 1500.0' in body
+    assert "grappa_trainer_step_seconds_bucket" in body
+
+
+def test_metrics_port_per_rank(monkeypatch):
+    monkeypatch.delenv("POD_IP", raising=False)
+    assert metrics_port_for(9400, 2) == 9402 and metrics_port_for(0, 2) == 0
+    monkeypatch.setenv("POD_IP", "127.0.0.5")
+    assert metrics_port_for(9400, 2) == 9400
+
+
+def test_report_and_plot(tmp_path):
+    hist = [{"epoch": e, "round": e // 3, "round_start": 3 * (e // 3), "loss": 1.0 / e,
+             "train_acc": 0.5, "val_acc": 0.4 + e / 100, "test_acc": 0.4, "train_bytes": 10}
+            for e in range(1, 8)]
+    path = write_report(tmp_path, {"title": None}, hist, {"test_acc": 0.4})
+    rep = json.loads(path.read_text())
+    assert rep["rounds"] == [0, 1, 2] and rep["train_bytes_total"] == 70
+    assert (tmp_path / "training.png").read_bytes()[:4] == b"\x89PNG"
+
+
+class FakeApi:
+    def __init__(self, status):
+        self.status, self.patches = status, []
+
+    def get_namespaced_custom_object_status(self, group, version, ns, plural, name):
+        assert (group, plural) == ("grappa.dev", "grappajobs")
+        return {"status": self.status}
+
+    def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, body):
+        self.patches.append((ns, name, body))
+
+
+def test_job_status_reports_progress_and_applies_operator_rounds_at_boundaries():
+    api = FakeApi({"rounds": {"current": 2, "pairingSeed": 77, "effectiveEpoch": 9}})
+    js = JobStatus("job-a", "ns1", api=api)
+    current = RoundDecision(1, 5, 4)
+    d = js.decide(10, Progress(), current)
+    assert d == RoundDecision(2, 77, 10)  # applied at the boundary the aggregator is at
+    assert js.decide(11, Progress(), d) == d  # nothing newer: stay
+    js.report(Progress(epoch=10, round=2, loss=0.5, val_acc=0.8), final=False)
+    ns, name, body = api.patches[-1]
+    assert (ns, name) == ("ns1", "job-a")
+    assert body["status"]["progress"]["round"] == 2 and body["status"]["progress"]["valAcc"] == 0.8
+    assert "result" not in body["status"]
+    js.report(Progress(epoch=12, test_acc=0.81, best_val=0.8, best_epoch=10), final=True)
+    final = api.patches[-1][2]["status"]
+    assert final["progress"]["finished"] is True and final["result"]["testAcc"] == 0.81
