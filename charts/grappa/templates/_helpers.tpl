@@ -1,0 +1,69 @@
+{{- define "grappa.name" -}}grappa{{- end -}}
+
+{{- define "grappa.fullname" -}}
+{{- if contains "grappa" .Release.Name -}}
+{{- printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-grappa-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "grappa.labels" -}}
+app.kubernetes.io/name: {{ include "grappa.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "grappa.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "grappa.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "grappa.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "grappa.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Rules the operator needs in every namespace it watches. No wildcards, no secrets. */}}
+{{- define "grappa.rules" -}}
+- apiGroups: ["grappa.dev"]
+  resources: ["grappajobs"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: ["grappa.dev"]
+  resources: ["grappajobs/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["grappa.dev"]
+  resources: ["grappajobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["services", "serviceaccounts"]
+  verbs: ["create"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if .Values.gangScheduling.volcano }}
+- apiGroups: ["scheduling.volcano.sh"]
+  resources: ["podgroups"]
+  verbs: ["create"]
+{{- end }}
+{{- if .Values.gangScheduling.schedulerPlugins }}
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["create"]
+{{- end }}
+{{- end -}}

@@ -1,0 +1,54 @@
+"""`python -m grappa_operator`: run the kopf operator with a liveness endpoint and metrics."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from . import settings as s
+
+
+def parse_args(argv: list[str] | None = None) -> s.OperatorSettings:
+    env = s.OperatorSettings.from_env()
+    p = argparse.ArgumentParser(prog="python -m grappa_operator", description=__doc__)
+    p.add_argument("-n", "--namespace", action="append", default=None,
+                   help="namespace to watch (repeat; default $GRAPPA_WATCH_NAMESPACES, comma-separated; "
+                        "empty = all namespaces)")
+    p.add_argument("--metrics-port", type=int, default=env.metrics_port,
+                   help="Prometheus port, 0 = off (default $GRAPPA_METRICS_PORT or 8080)")
+    p.add_argument("--health-port", type=int, default=env.health_port,
+                   help="liveness port serving /healthz (default $GRAPPA_HEALTH_PORT or 8081)")
+    p.add_argument("--bind-address", default=env.bind_address,
+                   help="address of both servers (default $POD_IP, else 0.0.0.0)")
+    p.add_argument("--resync-seconds", type=float, default=env.resync_seconds,
+                   help="period of the deadline/TTL resync (default 5)")
+    a = p.parse_args(argv)
+    namespaces = [n for arg in (a.namespace or []) for n in arg.split(",") if n.strip()] or env.namespaces
+    return s.OperatorSettings(namespaces=namespaces, metrics_port=a.metrics_port, health_port=a.health_port,
+                              bind_address=a.bind_address, resync_seconds=a.resync_seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import kopf  # late: `--help` works without the operator extra
+
+    from . import handlers, metrics
+
+    handlers.configure(cfg)
+    metrics.serve(cfg.bind_address, cfg.metrics_port)
+    host = f"[{cfg.bind_address}]" if ":" in cfg.bind_address else cfg.bind_address
+    logging.getLogger("grappa_operator").info(
+        "watching %s; metrics on %s:%s, liveness on %s:%s/healthz",
+        ",".join(cfg.namespaces) or "all namespaces", cfg.bind_address, cfg.metrics_port, host, cfg.health_port)
+    kopf.run(
+        clusterwide=not cfg.namespaces,
+        namespaces=cfg.namespaces,
+        standalone=True,
+        liveness_endpoint=f"http://{host}:{cfg.health_port}/healthz",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""The GrappaJob API: a pydantic model that embeds `grappa.config` sections (single source of truth).
+
+The CRD schema is generated from `GrappaJobSpec`/`GrappaJobStatus` (see crdgen.py); the operator
+validates every spec it reads with the same model, so the API server and the operator agree.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal, Optional, Union
+
+from pydantic import Field, ValidationError, model_validator
+
+from grappa.config import (
+    CheckpointConfig,
+    DatasetConfig,
+    GrappaConfig,
+    ModelConfig,
+    Section,
+    TrainConfig,
+    TrainingConfig,
+)
+
+from . import settings
+from .errors import SpecError
+
+# k8s quantities ("500m", "2Gi", 1); x-kubernetes-int-or-string in the CRD.
+Quantity = Union[int, str]
+
+
+class Resources(Section):
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="Resource requests.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits.")
+
+
+class Toleration(Section):
+    key: Optional[str] = Field(None, description="Taint key; empty with operator Exists matches all.")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
+    value: Optional[str] = Field(None, description="Taint value for operator Equal.")
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+        None, description="Taint effect to match; empty matches all.")
+    toleration_seconds: Optional[int] = Field(
+        None, ge=0, description="For NoExecute: how long the pod stays bound after the taint.")
+
+
+class EnvVar(Section):
+    name: str = Field(..., min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+                      description="Variable name.")
+    value: Optional[str] = Field(None, description="Literal value.")
+    value_from: Optional[dict[str, Any]] = Field(
+        None, description="A core/v1 EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...).")
+
+
+class PodSettings(Section):
+    """Settings of one kind of pod (aggregator or workers)."""
+
+    image: str = Field(settings.DEFAULT_TRAINER_IMAGE, min_length=1,
+                       description="Trainer image (the Dockerfile's `trainer` target).")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="Image pull policy.")
+    resources: Resources = Field(default_factory=Resources, description="Container resources.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    service_account_name: Optional[str] = Field(
+        None, min_length=1, max_length=253,
+        description="Service account. Aggregator default: a per-job account that may only patch "
+                    "this job's status (bound to that Role when you name your own). Workers "
+                    "default: the namespace's default account, token not mounted.")
+    priority_class_name: Optional[str] = Field(None, description="Priority class of the pods.")
+
+
+class RunPolicy(Section):
+    backoff_limit: int = Field(3, ge=0, le=1000,
+                               description="Group restarts allowed before the job fails.")
+    active_deadline_seconds: Optional[int] = Field(
+        None, ge=1, description="Fail the job when it runs longer than this since it started.")
+    pre_running_deadline_seconds: Optional[int] = Field(
+        600, ge=1, description="Fail the job when a pod stays Pending longer than this.")
+    ttl_seconds_after_finished: Optional[int] = Field(
+        None, ge=0, description="Delete the job this long after it Succeeded or Failed.")
+    clean_pod_policy: Literal["All", "Running", "None"] = Field(
+        "Running", description="Pods deleted when the job finishes: All, the still Running ones, or None.")
+    suspend: bool = Field(False, description="Delete the pods and keep the job; false resumes it "
+                                             "from the latest checkpoint.")
+
+
+class SchedulingPolicy(Section):
+    gang: bool = Field(False, description="Gang-schedule the P+1 pods through a PodGroup.")
+    provider: Literal["volcano", "scheduler-plugins"] = Field(
+        "volcano", description="Which PodGroup API to use when gang is true.")
+    scheduler_name: Optional[str] = Field(
+        None, description="Scheduler of the pods (default: volcano / scheduler-plugins-scheduler "
+                          "when gang is true, else the cluster default).")
+    queue: Optional[str] = Field(None, description="Volcano queue.")
+    priority_class_name: Optional[str] = Field(None, description="Priority class of the PodGroup.")
+    schedule_timeout_seconds: Optional[int] = Field(
+        None, ge=1, description="scheduler-plugins: how long the gang may wait.")
+
+
+class Storage(Section):
+    """The shared volume that holds datasets, the chunk store and checkpoints (set exactly one source)."""
+
+    claim_name: Optional[str] = Field(
+        None, min_length=1, description="PersistentVolumeClaim (ReadWriteMany when pods spread over nodes).")
+    host_path: Optional[str] = Field(
+        None, min_length=1, pattern=r"^/", description="Node folder, for single-node dev clusters.")
+    mount_path: str = Field(settings.DEFAULT_MOUNT_PATH, pattern=r"^/[^:]*$",
+                            description="Where the volume is mounted in every pod; runDir is "
+                                        "<mountPath>/<namespace>/<job>/<uid>.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Storage":
+        if (self.claim_name is None) == (self.host_path is None):
+            raise ValueError("storage: set exactly one of claimName or hostPath")
+        return self
+
+
+class GrappaJobSpec(Section):
+    """What a user writes under `spec:`; the training sections are `grappa.config`'s models."""
+
+    partitions: int = copy.deepcopy(TrainConfig.model_fields["partitions"])  # the trainer's bounds
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig,
+                                   description="Dataset; relative root/path resolve under the storage mount.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="GNN model.")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="Training loop.")
+    grappa: GrappaConfig = Field(default_factory=GrappaConfig,
+                                 description="Reducer correction and repartition rounds.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
+                                         description="Checkpoints (written under runDir on the storage volume).")
+    storage: Storage = Field(..., description="Shared volume mounted in every pod.")
+    metrics_port: int = Field(9400, ge=0, le=65535,
+                              description="Prometheus port of every trainer pod; 0 = off.")
+    master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port on the aggregator.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadlines, cleanup.")
+    scheduling_policy: SchedulingPolicy = Field(default_factory=SchedulingPolicy,
+                                                description="Gang scheduling (off by default).")
+    aggregator: PodSettings = Field(default_factory=PodSettings, description="Aggregator pod (rank 0).")
+    worker: PodSettings = Field(default_factory=PodSettings, description="Worker pods (ranks 1..P).")
+
+    @model_validator(mode="after")
+    def _train_config_checks(self) -> "GrappaJobSpec":
+        # Same cross-field rules as the trainer (chunks >= partitions, one fanout per layer).
+        self.to_train_config(run_dir="/tmp/check")
+        return self
+
+    def to_train_config(self, run_dir: str, store_dir: Optional[str] = None) -> TrainConfig:
+        return TrainConfig(
+            partitions=self.partitions,
+            dataset=self.dataset.model_copy(deep=True),
+            model=self.model,
+            training=self.training,
+            grappa=self.grappa,
+            checkpoint=self.checkpoint,
+            run_dir=run_dir,
+            store_dir=store_dir,
+            metrics_port=self.metrics_port,
+        )
+
+
+# ---- status (written by the operator, progress/result by the aggregator) -------------------
+
+Phase = Literal["Pending", "Preparing", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+
+
+class Condition(Section):
+    type: Literal[CONDITION_TYPES] = Field(..., description="Condition type.")  # type: ignore[valid-type]
+    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
+    reason: Optional[str] = Field(None, description="CamelCase reason.")
+    message: Optional[str] = Field(None, description="Human-readable detail.")
+    last_transition_time: Optional[str] = Field(None, description="When status last changed (RFC 3339).")
+
+
+class Progress(Section):
+    """Patched by the aggregator after every epoch (docs/architecture.md)."""
+
+    epoch: Optional[int] = Field(None, description="Epochs completed.")
+    epochs_total: Optional[int] = None
+    round: Optional[int] = Field(None, description="Repartition round the aggregator applies.")
+    loss: Optional[float] = None
+    train_acc: Optional[float] = None
+    val_acc: Optional[float] = None
+    test_acc: Optional[float] = None
+    best_val: Optional[float] = None
+    best_epoch: Optional[int] = None
+    epoch_seconds: Optional[float] = None
+    train_bytes_per_epoch: Optional[int] = None
+    eval_bytes_per_epoch: Optional[int] = None
+    eta_seconds: Optional[float] = None
+    updated_at: Optional[str] = None
+    finished: Optional[bool] = None
+
+
+class Result(Section):
+    test_acc: Optional[float] = None
+    best_val: Optional[float] = None
+    best_epoch: Optional[int] = None
+
+
+class RoundRecord(Section):
+    round: int
+    pairing_seed: int
+    effective_epoch: int
+    reason: str = Field(..., description="initial, every or plateau.")
+    decided_at: Optional[str] = None
+
+
+class Rounds(Section):
+    """Owned by the operator: the latest repartition decision and its history."""
+
+    current: int = Field(..., description="Latest decided round.")
+    pairing_seed: int
+    effective_epoch: int = Field(..., description="First epoch the round is meant to apply to.")
+    history: list[RoundRecord] = Field(default_factory=list)
+    val_history: list[list[float]] = Field(
+        default_factory=list, description="(epoch, valAcc) seen in the current round, for plateau.")
+
+
+class ReplicaStatus(Section):
+    desired: int = 0
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class Replicas(Section):
+    aggregator: ReplicaStatus = Field(default_factory=ReplicaStatus)
+    worker: ReplicaStatus = Field(default_factory=ReplicaStatus)
+
+
+class GrappaJobStatus(Section):
+    phase: Optional[Phase] = Field(None, description="Current phase.")
+    reason: Optional[str] = Field(None, description="Why the job is in this phase.")
+    message: Optional[str] = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: Optional[int] = None
+    restarts: int = Field(0, description="Group restarts so far (counted against backoffLimit).")
+    prepared: bool = Field(False, description="The chunk store was prepared.")
+    replicas: Replicas = Field(default_factory=Replicas)
+    start_time: Optional[str] = None
+    running_time: Optional[str] = Field(None, description="When the group first ran.")
+    completion_time: Optional[str] = None
+    progress: Optional[Progress] = None
+    rounds: Optional[Rounds] = None
+    result: Optional[Result] = None
+
+
+def parse_spec(spec: Any) -> GrappaJobSpec:
+    """Validate a spec read from the API server; SpecError names every bad field."""
+    if not isinstance(spec, dict):
+        raise SpecError("InvalidSpec", "spec: expected a mapping")
+    try:
+        return GrappaJobSpec.model_validate(spec)
+    except ValidationError as err:
+        raise SpecError("InvalidSpec", "invalid spec: " + describe_errors(err)) from None
+
+
+def describe_errors(err: ValidationError, prefix: str = "spec") -> str:
+    """'spec.a.b: message; spec.c: message' (field paths in wire names, as the user wrote them)."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in (prefix, *e["loc"]))
+        parts.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)

@@ -1,0 +1,348 @@
+"""Desired child objects of a GrappaJob, as plain dicts: pure functions of (job, spec, attempt).
+
+Nothing here talks to the API server; handlers.py creates what is missing and deletes what is not
+wanted. Names are deterministic so that a repeated create is a harmless 409.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from grappa.config import TrainConfig, dump_config
+
+from . import settings as s
+from .api import GrappaJobSpec, PodSettings
+from .errors import SpecError
+
+# Node counts of the built-in datasets (PyG versions), to refuse P > nodes before any pod starts.
+KNOWN_NODE_COUNTS = {
+    "cora": 2708,
+    "citeseer": 3327,
+    "coauthor-cs": 18333,
+    "coauthor-physics": 34493,
+    "amazon-computers": 13752,
+    "amazon-photo": 7650,
+}
+
+# Variables the operator owns; a user env entry may not replace them (it would break rendezvous).
+RESERVED_ENV = (
+    "GRAPPA_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "POD_IP",
+    "GRAPPA_JOB_NAME", "GRAPPA_JOB_NAMESPACE",
+)
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class JobRef:
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> "JobRef":
+        meta = body.get("metadata") or {}
+        return cls(meta.get("name", ""), meta.get("namespace", ""), meta.get("uid", ""))
+
+
+# ---- names --------------------------------------------------------------------------------
+
+def service_name(job: JobRef) -> str:
+    return f"{job.name}-aggregator"
+
+
+def pod_name(job: JobRef, role: str, rank: int = 0) -> str:
+    return f"{job.name}-worker-{rank}" if role == s.ROLE_WORKER else f"{job.name}-{role}"
+
+
+def aggregator_account(job: JobRef) -> str:
+    return f"{job.name}-aggregator"
+
+
+def master_addr(job: JobRef) -> str:
+    # Headless Service -> the aggregator pod's IP; resolved through the pod's DNS search path.
+    return f"{service_name(job)}.{job.namespace}.svc"
+
+
+# ---- feasibility --------------------------------------------------------------------------
+
+def dataset_nodes(spec: GrappaJobSpec) -> Optional[int]:
+    name = spec.dataset.name
+    if name == "csbm":
+        return spec.dataset.synthetic.num_nodes
+    if name == "rmat":
+        return 2 ** spec.dataset.synthetic.scale
+    return KNOWN_NODE_COUNTS.get(name)
+
+
+def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
+    """Raise SpecError (reason + message naming the field) for a spec that can never run."""
+    if len(job.name) > s.MAX_JOB_NAME or not _DNS1035.match(job.name):
+        raise SpecError("InvalidName", f"metadata.name {job.name!r} must be a DNS-1035 label of at "
+                        f"most {s.MAX_JOB_NAME} characters (it names the job's Service and pods)")
+    nodes = dataset_nodes(spec)
+    if nodes is not None and spec.partitions > nodes:
+        raise SpecError("TooManyPartitions", f"spec.partitions ({spec.partitions}) exceeds the "
+                        f"{nodes} nodes of dataset {spec.dataset.name!r}: use at most {nodes}")
+    chunks = spec.grappa.chunks
+    if nodes is not None and chunks is not None and chunks > nodes:
+        raise SpecError("TooManyChunks", f"spec.grappa.chunks ({chunks}) exceeds the {nodes} nodes "
+                        f"of dataset {spec.dataset.name!r}")
+    if spec.dataset.name == "file" and not spec.dataset.path:
+        raise SpecError("InvalidSpec", "spec.dataset.path is required when spec.dataset.name is 'file'")
+    if spec.metrics_port and spec.metrics_port == spec.master_port:
+        raise SpecError("InvalidPort", f"spec.masterPort ({spec.master_port}) equals spec.metricsPort: "
+                        "the aggregator listens on both")
+    for role in ("aggregator", "worker"):
+        for i, env in enumerate(getattr(spec, role).env):
+            if env.name in RESERVED_ENV:
+                raise SpecError("InvalidSpec", f"spec.{role}.env[{i}].name: {env.name} is set by "
+                                "the operator and cannot be overridden")
+
+
+# ---- paths and config ---------------------------------------------------------------------
+
+def run_dir(job: JobRef, spec: GrappaJobSpec) -> str:
+    # The uid keeps a re-created job of the same name from resuming a stale checkpoint.
+    return posixpath.join(spec.storage.mount_path, job.namespace, job.name, job.uid[:8] or "run")
+
+
+def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
+    mount = spec.storage.mount_path
+    rd = run_dir(job, spec)
+    cfg = spec.to_train_config(run_dir=rd, store_dir=posixpath.join(rd, "store"))
+    # Relative dataset locations live on the shared volume.
+    root = cfg.dataset.root or "data"
+    cfg.dataset.root = root if root.startswith("/") else posixpath.join(mount, root)
+    if cfg.dataset.path and not cfg.dataset.path.startswith("/"):
+        cfg.dataset.path = posixpath.join(mount, cfg.dataset.path)
+    return cfg
+
+
+# ---- objects ------------------------------------------------------------------------------
+
+def labels(job: JobRef, role: Optional[str] = None, rank: Optional[int] = None,
+           attempt: Optional[int] = None) -> dict[str, str]:
+    out = {s.LABEL_JOB: job.name, s.LABEL_MANAGED_BY: s.MANAGED_BY, "app.kubernetes.io/name": "grappa"}
+    if role is not None:
+        out[s.LABEL_ROLE] = role
+    if rank is not None:
+        out[s.LABEL_RANK] = str(rank)
+    if attempt is not None:
+        out[s.LABEL_ATTEMPT] = str(attempt)
+    return out
+
+
+def owner_reference(job: JobRef) -> dict[str, Any]:
+    return {"apiVersion": s.API_VERSION, "kind": s.KIND, "name": job.name, "uid": job.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _meta(job: JobRef, name: str, lbls: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {"name": name, "namespace": job.namespace, "labels": lbls,
+            "ownerReferences": [owner_reference(job)], **extra}
+
+
+def _volume(spec: GrappaJobSpec) -> dict[str, Any]:
+    st = spec.storage
+    if st.claim_name:
+        return {"name": "grappa-data", "persistentVolumeClaim": {"claimName": st.claim_name}}
+    return {"name": "grappa-data", "hostPath": {"path": st.host_path, "type": "DirectoryOrCreate"}}
+
+
+def _env(job: JobRef, spec: GrappaJobSpec, cfg: TrainConfig, role: str, rank: Optional[int],
+         pod: PodSettings) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "GRAPPA_CONFIG", "value": dump_config(cfg)},
+        {"name": "GRAPPA_JOB_NAME", "value": job.name},
+        {"name": "GRAPPA_JOB_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "GRAPPA_DATA_ROOT", "value": cfg.dataset.root},
+        {"name": "HOME", "value": "/tmp"},  # read-only root filesystem: caches go to the emptyDir
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if rank is not None:
+        env += [
+            {"name": "MASTER_ADDR", "value": master_addr(job)},
+            {"name": "MASTER_PORT", "value": str(spec.master_port)},
+            {"name": "RANK", "value": str(rank)},
+            {"name": "WORLD_SIZE", "value": str(spec.partitions + 1)},
+        ]
+    threads = cpu_threads(pod)
+    if threads is not None and role != s.ROLE_PREPARE:
+        env.append({"name": "GRAPPA_THREADS", "value": str(threads)})  # torch threads = CPU budget
+    user = [e.model_dump(by_alias=True, exclude_none=True) for e in pod.env]
+    names = {e["name"] for e in user}
+    return [e for e in env if e["name"] not in names] + user
+
+
+def cpu_threads(pod: PodSettings) -> Optional[int]:
+    """Torch threads from the CPU limit (else request): at least 1; None when unset or unparsable."""
+    raw = pod.resources.limits.get("cpu", pod.resources.requests.get("cpu"))
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    try:
+        cores = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        return None
+    return max(1, int(cores))
+
+
+def _resources(pod: PodSettings) -> dict[str, Any]:
+    res = {}
+    if pod.resources.requests:
+        res["requests"] = {k: str(v) for k, v in pod.resources.requests.items()}
+    if pod.resources.limits:
+        res["limits"] = {k: str(v) for k, v in pod.resources.limits.items()}
+    return res
+
+
+def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attempt: int) -> dict[str, Any]:
+    """One trainer pod: prepare (rank None), aggregator (rank 0) or worker (rank 1..P)."""
+    settings_ = spec.worker if role == s.ROLE_WORKER else spec.aggregator
+    cfg = train_config(job, spec)
+    name = pod_name(job, role, rank or 0)
+    lbls = labels(job, role, rank, attempt)
+    annotations: dict[str, str] = {}
+    ports: list[dict[str, Any]] = []
+    if role != s.ROLE_PREPARE and spec.metrics_port:
+        port = spec.metrics_port  # every pod has its own IP: one port for all ranks
+        ports.append({"name": "metrics", "containerPort": port, "protocol": "TCP"})
+        annotations.update({"prometheus.io/scrape": "true", "prometheus.io/port": str(port)})
+    if role == s.ROLE_AGGREGATOR:
+        ports.append({"name": "rendezvous", "containerPort": spec.master_port, "protocol": "TCP"})
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # the operator restarts the whole group, never a single pod
+        "automountServiceAccountToken": role == s.ROLE_AGGREGATOR,
+        "enableServiceLinks": False,  # rendezvous uses MASTER_ADDR; no *_SERVICE_HOST clutter
+        "terminationGracePeriodSeconds": 15,  # restarts replace the whole group: do not linger
+        "securityContext": {
+            "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [{
+            "name": s.CONTAINER_NAME,
+            "image": settings_.image,
+            "imagePullPolicy": settings_.image_pull_policy,
+            "command": ["python", "-m", "grappa", role],
+            "env": _env(job, spec, cfg, role, rank, settings_),
+            "ports": ports,
+            "resources": _resources(settings_),
+            "volumeMounts": [
+                {"name": "grappa-data", "mountPath": spec.storage.mount_path},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+            "terminationMessagePath": s.TERMINATION_LOG,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": {
+                "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+            },
+        }],
+        "volumes": [_volume(spec), {"name": "tmp", "emptyDir": {}}],
+    }
+    if role == s.ROLE_AGGREGATOR:
+        pod_spec["serviceAccountName"] = settings_.service_account_name or aggregator_account(job)
+    elif settings_.service_account_name:
+        pod_spec["serviceAccountName"] = settings_.service_account_name
+    if settings_.node_selector:
+        pod_spec["nodeSelector"] = dict(settings_.node_selector)
+    if settings_.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True)
+                                   for t in settings_.tolerations]
+    if settings_.priority_class_name:
+        pod_spec["priorityClassName"] = settings_.priority_class_name
+    sp = spec.scheduling_policy
+    if sp.scheduler_name or sp.gang:
+        pod_spec["schedulerName"] = sp.scheduler_name or (
+            "volcano" if sp.provider == "volcano" else "scheduler-plugins-scheduler")
+    if sp.gang and role != s.ROLE_PREPARE:  # the gang is the P+1 training pods
+        if sp.provider == "volcano":
+            annotations["scheduling.k8s.io/group-name"] = job.name
+        else:
+            lbls["scheduling.x-k8s.io/pod-group"] = job.name
+    meta = _meta(job, name, lbls)
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def group_pods(job: JobRef, spec: GrappaJobSpec, attempt: int) -> list[dict[str, Any]]:
+    pods = [pod(job, spec, s.ROLE_AGGREGATOR, 0, attempt)]
+    pods += [pod(job, spec, s.ROLE_WORKER, r, attempt) for r in range(1, spec.partitions + 1)]
+    return pods
+
+
+def prepare_pod(job: JobRef, spec: GrappaJobSpec, attempt: int) -> dict[str, Any]:
+    return pod(job, spec, s.ROLE_PREPARE, None, attempt)
+
+
+def service(job: JobRef, spec: GrappaJobSpec) -> dict[str, Any]:
+    ports = [{"name": "rendezvous", "port": spec.master_port, "targetPort": spec.master_port,
+              "protocol": "TCP"}]
+    if spec.metrics_port:
+        ports.append({"name": "metrics", "port": spec.metrics_port, "targetPort": spec.metrics_port,
+                      "protocol": "TCP"})
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(job, service_name(job), labels(job)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,  # rendezvous starts before any readiness
+            "selector": {s.LABEL_JOB: job.name, s.LABEL_ROLE: s.ROLE_AGGREGATOR},
+            "ports": ports,
+        },
+    }
+
+
+def aggregator_rbac(job: JobRef, spec: GrappaJobSpec) -> list[dict[str, Any]]:
+    """ServiceAccount (unless the user names one) + Role limited to this job's status + binding."""
+    account = spec.aggregator.service_account_name or aggregator_account(job)
+    name = aggregator_account(job)
+    objs: list[dict[str, Any]] = []
+    if not spec.aggregator.service_account_name:
+        objs.append({"apiVersion": "v1", "kind": "ServiceAccount",
+                     "metadata": _meta(job, name, labels(job, s.ROLE_AGGREGATOR))})
+    objs.append({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": _meta(job, name, labels(job, s.ROLE_AGGREGATOR)),
+        "rules": [{"apiGroups": [s.GROUP], "resources": [f"{s.PLURAL}/status"],
+                   "resourceNames": [job.name], "verbs": ["get", "patch"]}],
+    })
+    objs.append({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": _meta(job, name, labels(job, s.ROLE_AGGREGATOR)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": job.namespace}],
+    })
+    return objs
+
+
+def pod_group(job: JobRef, spec: GrappaJobSpec) -> Optional[dict[str, Any]]:
+    sp = spec.scheduling_policy
+    if not sp.gang:
+        return None
+    body: dict[str, Any] = {"minMember": spec.partitions + 1}
+    if sp.provider == "volcano":
+        api = "scheduling.volcano.sh/v1beta1"
+        if sp.queue:
+            body["queue"] = sp.queue
+        if sp.priority_class_name:
+            body["priorityClassName"] = sp.priority_class_name
+    else:
+        api = "scheduling.x-k8s.io/v1alpha1"
+        if sp.schedule_timeout_seconds:
+            body["scheduleTimeoutSeconds"] = sp.schedule_timeout_seconds
+    return {"apiVersion": api, "kind": "PodGroup", "metadata": _meta(job, job.name, labels(job)),
+            "spec": body}
+
+
+def supporting_objects(job: JobRef, spec: GrappaJobSpec) -> list[dict[str, Any]]:
+    """Everything but pods: created once, before the first pod, garbage-collected with the job."""
+    objs = [service(job, spec), *aggregator_rbac(job, spec)]
+    pg = pod_group(job, spec)
+    if pg:
+        objs.append(pg)
+    return objs

@@ -1,0 +1,188 @@
+"""kopf handlers: thin glue between watch events and the pure state machine in status.py.
+
+Every trigger (job event, child pod event, periodic resync) runs the same `reconcile`, serialised
+per job. Order inside a reconcile is what makes it restart-safe: read fresh -> compute plan ->
+write status (durable) -> act on children -> events/metrics.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional
+
+import kopf
+
+from . import desired, metrics
+from . import settings as s
+from .api import GrappaJobSpec, parse_spec
+from .errors import SpecError
+from .kubeapi import Kube, load_credentials
+from .status import Plan, PodObs, step
+from .timeutil import iso, now, parse
+
+log = logging.getLogger("grappa_operator")
+
+# status keys the operator writes; progress and result belong to the aggregator (never overwritten)
+OWNED_STATUS_KEYS = ("phase", "reason", "message", "conditions", "observedGeneration", "restarts",
+                     "prepared", "replicas", "startTime", "runningTime", "completionTime", "rounds")
+
+_locks: dict[tuple[str, str], asyncio.Lock] = {}
+_kube: Optional[Kube] = None
+_config = s.OperatorSettings()
+
+
+def configure(cfg: s.OperatorSettings) -> None:
+    global _config
+    _config = cfg
+
+
+def kube() -> Kube:
+    global _kube
+    if _kube is None:
+        load_credentials()
+        _kube = Kube()
+    return _kube
+
+
+def owned_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Merge patch of the operator-owned status keys that changed (None removes a key)."""
+    return {k: new.get(k) for k in OWNED_STATUS_KEYS if new.get(k) != old.get(k)}
+
+
+async def reconcile(namespace: str, name: str, handler: str) -> None:
+    lock = _locks.setdefault((namespace, name), asyncio.Lock())
+    async with lock:
+        with metrics.RECONCILE_SECONDS.labels(handler).time():
+            try:
+                await _reconcile(namespace, name)
+            except Exception:
+                metrics.RECONCILE_ERRORS.labels(handler).inc()
+                log.exception("reconcile of %s/%s failed; retrying at the next resync", namespace, name)
+
+
+async def _reconcile(namespace: str, name: str) -> None:
+    k = kube()
+    body = await asyncio.to_thread(k.get_job, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        forget(namespace, name)
+        return
+    job = desired.JobRef.from_body(body)
+    spec: GrappaJobSpec | SpecError
+    try:
+        spec = parse_spec(body.get("spec"))
+    except SpecError as err:
+        spec = err
+    raw_pods = await asyncio.to_thread(k.list_pods, job)
+    pods = [PodObs.from_pod(p) for p in raw_pods]
+    t = now()
+    old = body.get("status") or {}
+    plan = step(job, spec, old, pods, t, body["metadata"].get("generation"))
+    await _write(k, namespace, name, old, plan)
+
+    try:
+        if isinstance(spec, GrappaJobSpec):
+            await _create_children(k, job, spec, plan, {p.name for p in pods})
+    except SpecError as err:  # the API refused what this spec produces: a permanent failure
+        failed = step(job, err, plan.status, pods, t, body["metadata"].get("generation"))
+        await _write(k, namespace, name, plan.status, failed)
+        plan.events += failed.events
+        plan.delete_pods += failed.delete_pods
+        plan.entered, plan.status = failed.entered, failed.status
+    for pod_name in plan.delete_pods:
+        await asyncio.to_thread(k.delete_pod, namespace, pod_name)
+    await _announce(k, body, plan, t)
+    metrics.CACHE.update(namespace, name, {**plan.status, "progress": old.get("progress")})
+    if plan.delete_job:
+        log.info("deleting %s/%s: ttlSecondsAfterFinished elapsed", namespace, name)
+        await asyncio.to_thread(k.delete_job, namespace, name)
+        forget(namespace, name)
+
+
+async def _write(k: Kube, namespace: str, name: str, old: dict[str, Any], plan: Plan) -> None:
+    patch = owned_patch(old, plan.status)
+    if patch:
+        await asyncio.to_thread(k.patch_status, namespace, name, patch)
+
+
+async def _create_children(k: Kube, job: desired.JobRef, spec: GrappaJobSpec, plan: Plan,
+                           existing: set[str]) -> None:
+    attempt = int(plan.status.get("restarts") or 0)
+    objs: list[dict[str, Any]] = []
+    if plan.create_supporting:
+        objs += desired.supporting_objects(job, spec)
+    if plan.create_prepare:
+        objs.append(desired.prepare_pod(job, spec, attempt))
+    if plan.create_group:
+        objs += [p for p in desired.group_pods(job, spec, attempt) if p["metadata"]["name"] not in existing]
+    for obj in objs:
+        if await asyncio.to_thread(k.create, obj):
+            log.info("created %s %s/%s", obj["kind"], job.namespace, obj["metadata"]["name"])
+
+
+async def _announce(k: Kube, body: dict[str, Any], plan: Plan, t) -> None:
+    for ev in plan.events:
+        try:
+            await asyncio.to_thread(k.post_event, body, ev.type, ev.reason, ev.message, iso(t))
+        except Exception as err:  # an event is best effort; status already holds the reason
+            log.warning("could not post event %s: %s", ev.reason, err)
+        log.info("%s/%s %s: %s", body["metadata"]["namespace"], body["metadata"]["name"], ev.reason, ev.message)
+        if ev.reason == "Created":
+            metrics.JOBS_CREATED.inc()
+        elif ev.reason == "RoundDecided":
+            metrics.ROUNDS.labels(plan.round_reason or "every").inc()
+    st = plan.status
+    if plan.entered == "Succeeded":
+        metrics.JOBS_SUCCEEDED.inc()
+    elif plan.entered == "Failed":
+        metrics.JOBS_FAILED.labels(st.get("reason") or "Unknown").inc()
+    elif plan.entered == "Restarting":
+        metrics.JOB_RESTARTS.labels(st.get("reason") or "Unknown").inc()
+    elif plan.entered == "Running" and st.get("runningTime") == iso(t) and int(st.get("restarts") or 0) == 0:
+        created = parse(body["metadata"].get("creationTimestamp"))
+        if created is not None:
+            metrics.TIME_TO_RUNNING.observe(max(0.0, (t - created).total_seconds()))
+
+
+def forget(namespace: str, name: str) -> None:
+    metrics.CACHE.forget(namespace, name)
+    _locks.pop((namespace, name), None)
+
+
+# ---- kopf wiring --------------------------------------------------------------------------
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # kopf keeps its own bookkeeping in annotations, never in our structural status.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=s.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=s.GROUP, key="last-handled-configuration")
+    settings.posting.enabled = False  # we post our own, meaningful Events
+    settings.peering.standalone = True  # one replica (Recreate); no peering objects needed
+    settings.watching.server_timeout = 300
+    await asyncio.to_thread(kube)
+    asyncio.get_running_loop().create_task(_resync_forever())
+
+
+async def _resync_forever() -> None:
+    """Time-based transitions (deadlines, pending timeouts, TTL) and retries after errors."""
+    while True:
+        await asyncio.sleep(_config.resync_seconds)
+        for ns, name in metrics.CACHE.keys():
+            await reconcile(ns, name, "resync")
+
+
+@kopf.on.event(s.GROUP, s.VERSION, s.PLURAL)
+async def _on_job(event: dict[str, Any], body: Any, namespace: str, name: str, **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        forget(namespace, name)
+        return
+    if (namespace, name) not in metrics.CACHE.keys():
+        metrics.CACHE.update(namespace, name, dict(body.get("status") or {}))
+    await reconcile(namespace, name, "job")
+
+
+@kopf.on.event("", "v1", "pods", labels={s.LABEL_JOB: kopf.PRESENT, s.LABEL_MANAGED_BY: s.MANAGED_BY})
+async def _on_pod(body: Any, namespace: str, labels: Any, **_: Any) -> None:
+    job = labels.get(s.LABEL_JOB)
+    if job:
+        await reconcile(namespace, job, "pod")

@@ -1,0 +1,65 @@
+"""Names and knobs shared by every module of the operator (one place to change them)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+GROUP = "grappa.dev"
+VERSION = "v1alpha1"
+KIND = "GrappaJob"
+PLURAL = "grappajobs"
+SINGULAR = "grappajob"
+SHORT_NAMES = ["gj"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Labels on every child object; the job label is how the operator finds its pods.
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_ROLE = f"{GROUP}/role"
+LABEL_RANK = f"{GROUP}/rank"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "grappa-operator"
+
+ROLE_PREPARE = "prepare"
+ROLE_AGGREGATOR = "aggregator"
+ROLE_WORKER = "worker"
+
+DEFAULT_TRAINER_IMAGE = "ghcr.io/grappa-dev/grappa-trainer:0.1.0"
+DEFAULT_MOUNT_PATH = "/grappa"
+CONTAINER_NAME = "grappa"
+TERMINATION_LOG = "/dev/termination-log"
+
+# Exit codes of the trainer that mean "do not retry" (docs/architecture.md).
+EXIT_BAD_CONFIG = 2
+EXIT_CANNOT_RUN = 3
+PERMANENT_EXIT_CODES = {EXIT_BAD_CONFIG: "InvalidConfig", EXIT_CANNOT_RUN: "CannotRun"}
+
+# Name budget: pod/service names derive from the job name and label values are <= 63 chars.
+MAX_JOB_NAME = 63 - len("-aggregator")
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else default
+
+
+@dataclass
+class OperatorSettings:
+    """Runtime settings of the operator process (flags override the environment)."""
+
+    namespaces: list[str] = field(default_factory=list)  # empty = all namespaces
+    metrics_port: int = 8080
+    health_port: int = 8081
+    bind_address: str = "0.0.0.0"
+    resync_seconds: float = 5.0  # timer period: deadlines, TTL, pending checks
+
+    @classmethod
+    def from_env(cls) -> "OperatorSettings":
+        ns = [n.strip() for n in os.environ.get("GRAPPA_WATCH_NAMESPACES", "").split(",") if n.strip()]
+        return cls(
+            namespaces=ns,
+            metrics_port=_env_int("GRAPPA_METRICS_PORT", 8080),
+            health_port=_env_int("GRAPPA_HEALTH_PORT", 8081),
+            bind_address=os.environ.get("POD_IP") or "0.0.0.0",
+            resync_seconds=float(os.environ.get("GRAPPA_RESYNC_SECONDS", "") or 5.0),
+        )

@@ -1,0 +1,352 @@
+"""The job state machine: (spec, status, observed pods, now) -> new status, events and actions.
+
+Pure and level-based: the same inputs always give the same plan, so a restarted operator simply
+re-derives what to do from what it sees. handlers.py writes `plan.status` first (durably), then
+creates/deletes children, then emits events and metrics.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Optional, Union
+
+from . import rounds as rounds_mod
+from . import settings as s
+from .api import GrappaJobSpec
+from .desired import JobRef, check_runnable, pod_name
+from .errors import SpecError
+from .timeutil import iso, parse
+
+TERMINAL = ("Succeeded", "Failed")
+STATE_CONDITIONS = ("Running", "Restarting", "Succeeded", "Failed", "Suspended")
+
+
+@dataclass(frozen=True)
+class PodObs:
+    """What the state machine needs to know about one child pod."""
+
+    name: str
+    role: str
+    rank: Optional[int] = None
+    attempt: Optional[int] = None
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    created_at: Optional[datetime] = None
+    deleting: bool = False
+    exit_code: Optional[int] = None
+    message: str = ""  # termination message (or reason) of a finished container
+    pending_reason: str = ""  # why a Pending pod is not running yet
+
+    @classmethod
+    def from_pod(cls, pod: dict[str, Any]) -> "PodObs":
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        lbls = meta.get("labels") or {}
+
+        def _int(v: Any) -> Optional[int]:
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                return None
+
+        exit_code, message, waiting = None, "", ""
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if term:
+                exit_code = _int(term.get("exitCode"))
+                message = (term.get("message") or term.get("reason") or "").strip()
+            if state.get("waiting"):
+                w = state["waiting"]
+                waiting = f"container {cs.get('name')}: {w.get('reason', '')} {w.get('message', '')}".strip()
+        pending = waiting
+        if not pending:
+            for cond in status.get("conditions") or []:
+                if cond.get("status") == "False" and cond.get("type") == "PodScheduled":
+                    pending = f"unschedulable: {cond.get('reason', '')} {cond.get('message', '')}".strip()
+        if not pending and status.get("reason"):
+            pending = f"{status.get('reason')}: {status.get('message', '')}"
+        return cls(
+            name=meta.get("name", ""),
+            role=lbls.get(s.LABEL_ROLE, ""),
+            rank=_int(lbls.get(s.LABEL_RANK)),
+            attempt=_int(lbls.get(s.LABEL_ATTEMPT)),
+            phase=status.get("phase") or "Pending",
+            created_at=parse(meta.get("creationTimestamp")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            exit_code=exit_code,
+            message=message[-1000:],
+            pending_reason=pending or "not started yet",
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    create_supporting: bool = False  # Service, aggregator RBAC, PodGroup
+    create_prepare: bool = False
+    create_group: bool = False  # create the missing group pods of attempt status.restarts
+    delete_pods: list[str] = field(default_factory=list)
+    delete_job: bool = False
+    entered: Optional[str] = None  # the phase entered in this step, if it changed
+    round_reason: Optional[str] = None  # set when a repartition round was decided
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+def set_condition(st: dict[str, Any], type_: str, status: str, reason: str, message: str,
+                  now: datetime) -> None:
+    conds = st.setdefault("conditions", [])
+    for c in conds:
+        if c.get("type") == type_:
+            if c.get("status") != status:
+                c["lastTransitionTime"] = iso(now)
+            c.update(status=status, reason=reason, message=message)
+            return
+    conds.append({"type": type_, "status": status, "reason": reason, "message": message,
+                  "lastTransitionTime": iso(now)})
+
+
+def _enter(plan: Plan, phase: str, reason: str, message: str, now: datetime) -> None:
+    """Set phase/reason/message; exactly the condition of the current state is True."""
+    st = plan.status
+    if st.get("phase") != phase:
+        plan.entered = phase
+    st.update(phase=phase, reason=reason, message=message)
+    for t in STATE_CONDITIONS:
+        if t == phase:
+            set_condition(st, t, "True", reason, message, now)
+        elif any(c.get("type") == t and c.get("status") == "True" for c in st.get("conditions", [])):
+            set_condition(st, t, "False", reason, f"job is {phase}", now)
+
+
+def _cleanup(plan: Plan, policy: str, pods: list[PodObs]) -> None:
+    if policy == "None":
+        return
+    for p in pods:
+        if p.deleting or p.name in plan.delete_pods:
+            continue
+        if policy == "All" or p.phase in ("Pending", "Running", "Unknown"):
+            plan.delete_pods.append(p.name)
+
+
+def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodObs], policy: str) -> None:
+    _enter(plan, "Failed", reason, message, now)
+    plan.status["completionTime"] = iso(now)
+    plan.event("Warning", reason, message)
+    _cleanup(plan, policy, pods)
+
+
+def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: datetime,
+             pods: list[PodObs]) -> None:
+    st = plan.status
+    limit = spec.run_policy.backoff_limit
+    done = int(st.get("restarts") or 0)
+    if done >= limit:
+        _fail(plan, "BackoffLimitExceeded",
+              f"{message}; the group was restarted {done} times and spec.runPolicy.backoffLimit is {limit}",
+              now, pods, spec.run_policy.clean_pod_policy)
+        return
+    st["restarts"] = done + 1
+    msg = f"{message}; restarting the whole group from the latest checkpoint ({done + 1}/{limit})"
+    _enter(plan, "Restarting", reason, msg, now)
+    plan.event("Warning", reason, msg)
+    _leftovers_delete(plan, pods)
+
+
+def _leftovers(pods: list[PodObs]) -> list[PodObs]:
+    # A succeeded prepare pod is history (the store exists); everything else belongs to an attempt.
+    return [p for p in pods if not (p.role == s.ROLE_PREPARE and p.phase == "Succeeded")]
+
+
+def _leftovers_delete(plan: Plan, pods: list[PodObs]) -> None:
+    plan.delete_pods += [p.name for p in _leftovers(pods) if not p.deleting and p.name not in plan.delete_pods]
+
+
+def _pod_failed(plan: Plan, spec: GrappaJobSpec, pod: PodObs, now: datetime, pods: list[PodObs]) -> None:
+    detail = pod.message or "no termination message"
+    if pod.exit_code in s.PERMANENT_EXIT_CODES:
+        _fail(plan, s.PERMANENT_EXIT_CODES[pod.exit_code],
+              f"pod {pod.name} exited with code {pod.exit_code}: {detail}", now, pods,
+              spec.run_policy.clean_pod_policy)
+    else:
+        _restart(plan, spec, "PodFailed", f"pod {pod.name} failed (exit code {pod.exit_code}): {detail}",
+                 now, pods)
+
+
+def _replicas(spec: Optional[GrappaJobSpec], pods: list[PodObs], attempt: int) -> dict[str, Any]:
+    out = {}
+    for role, desired in ((s.ROLE_AGGREGATOR, 1), (s.ROLE_WORKER, spec.partitions if spec else 0)):
+        counts = {"desired": desired, "pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+        for p in pods:
+            if p.role == role and p.attempt == attempt and p.phase.lower() in counts:
+                counts[p.phase.lower()] += 1
+        out[role] = counts
+    return out
+
+
+# ---- the step -----------------------------------------------------------------------------
+
+def step(job: JobRef, spec: Union[GrappaJobSpec, SpecError], status: Optional[dict[str, Any]],
+         pods: list[PodObs], now: datetime, generation: Optional[int] = None) -> Plan:
+    st = copy.deepcopy(status) if status else {}
+    st.pop("kopf", None)
+    plan = Plan(st)
+    if not st.get("phase"):
+        st.update(startTime=iso(now), restarts=0, prepared=False)
+        set_condition(st, "Created", "True", "Created", "GrappaJob accepted by the operator", now)
+        _enter(plan, "Pending", "Created", "waiting for pods", now)
+        plan.event("Normal", "Created", f"GrappaJob {job.namespace}/{job.name} accepted")
+    if generation is not None:
+        st["observedGeneration"] = generation
+    _step(plan, job, spec, pods, now)
+    good = spec if isinstance(spec, GrappaJobSpec) else None
+    st["replicas"] = _replicas(good, pods, int(st.get("restarts") or 0))
+    return plan
+
+
+def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: list[PodObs],
+          now: datetime) -> None:
+    st = plan.status
+    policy = spec.run_policy.clean_pod_policy if isinstance(spec, GrappaJobSpec) else "All"
+    if st["phase"] in TERMINAL:
+        _cleanup(plan, policy, pods)
+        ttl = spec.run_policy.ttl_seconds_after_finished if isinstance(spec, GrappaJobSpec) else None
+        done = parse(st.get("completionTime"))
+        if ttl is not None and done is not None and done + timedelta(seconds=ttl) <= now:
+            plan.delete_job = True
+        return
+    if not isinstance(spec, GrappaJobSpec):
+        _fail(plan, spec.reason, spec.message, now, pods, policy)
+        return
+    try:
+        check_runnable(job, spec)
+    except SpecError as err:
+        _fail(plan, err.reason, err.message, now, pods, policy)
+        return
+
+    rp = spec.run_policy
+    if rp.suspend:
+        _leftovers_delete(plan, pods)
+        if st["phase"] != "Suspended":
+            msg = "pods deleted; set spec.runPolicy.suspend to false to resume from the latest checkpoint"
+            _enter(plan, "Suspended", "Suspended", msg, now)
+            plan.event("Normal", "Suspended", msg)
+        return
+    if st["phase"] == "Suspended":
+        _enter(plan, "Pending", "Resumed", "resuming from the latest checkpoint", now)
+        plan.event("Normal", "Resumed", "resuming from the latest checkpoint")
+
+    started = parse(st.get("startTime")) or now
+    if rp.active_deadline_seconds is not None and started + timedelta(seconds=rp.active_deadline_seconds) <= now:
+        _fail(plan, "DeadlineExceeded", f"the job ran longer than spec.runPolicy.activeDeadlineSeconds "
+              f"({rp.active_deadline_seconds}s)", now, pods, policy)
+        return
+    if rp.pre_running_deadline_seconds is not None:
+        limit = timedelta(seconds=rp.pre_running_deadline_seconds)
+        for p in pods:
+            if p.phase == "Pending" and not p.deleting and p.created_at and p.created_at + limit <= now:
+                _fail(plan, "PodPendingTimeout", f"pod {p.name} was Pending for more than "
+                      f"spec.runPolicy.preRunningDeadlineSeconds ({rp.pre_running_deadline_seconds}s): "
+                      f"{p.pending_reason}", now, pods, policy)
+                return
+
+    if st["phase"] == "Restarting":
+        if _leftovers(pods):  # wait until the old attempt is completely gone
+            _leftovers_delete(plan, pods)
+            return
+        _enter(plan, "Pending", "Restarted", f"starting attempt {st.get('restarts', 0)}", now)
+
+    attempt = int(st.get("restarts") or 0)
+    if st["phase"] in ("Pending", "Preparing"):
+        plan.create_supporting = True
+
+    # 1. the chunk store, once per job (prepare is idempotent; the flag saves a pod per restart)
+    if not st.get("prepared"):
+        preps = [p for p in pods if p.role == s.ROLE_PREPARE]
+        live = [p for p in preps if not p.deleting]
+        if not live:
+            if not preps:
+                plan.create_prepare = True
+            if st["phase"] != "Preparing":
+                _enter(plan, "Preparing", "Preparing", "preparing the chunk store", now)
+            return
+        prep = live[0]
+        if prep.phase == "Failed":
+            _pod_failed(plan, spec, prep, now, pods)
+            return
+        if prep.phase != "Succeeded":
+            if st["phase"] != "Preparing":
+                _enter(plan, "Preparing", "Preparing", "preparing the chunk store", now)
+            return
+        st["prepared"] = True
+        plan.event("Normal", "Prepared", "chunk store ready")
+        if st["phase"] == "Preparing":
+            _enter(plan, "Pending", "Prepared", "chunk store ready; starting the group", now)
+
+    # 2. the group: aggregator + P workers of the current attempt
+    group = [p for p in pods if p.role in (s.ROLE_AGGREGATOR, s.ROLE_WORKER)]
+    stale = [p for p in group if p.attempt != attempt]
+    if stale:
+        plan.delete_pods += [p.name for p in stale if not p.deleting]
+        return
+    live = {(p.role, p.rank): p for p in group if not p.deleting}
+    agg = live.get((s.ROLE_AGGREGATOR, 0))
+    if agg is not None and agg.phase == "Succeeded":
+        _enter(plan, "Succeeded", "Succeeded", "training finished", now)
+        st["completionTime"] = iso(now)
+        plan.event("Normal", "Succeeded", "training finished" + _result_suffix(st))
+        _cleanup(plan, policy, pods)
+        return
+    # Once the aggregator reported the last epoch, a worker dying on shutdown is not worth a restart.
+    finished = bool((st.get("progress") or {}).get("finished"))
+    failed = sorted((p for p in live.values() if p.phase == "Failed"
+                     and not (finished and p.role == s.ROLE_WORKER)),
+                    key=lambda p: (p.exit_code not in s.PERMANENT_EXIT_CODES, p.rank or 0))
+    if failed:
+        _pod_failed(plan, spec, failed[0], now, pods)
+        return
+    expected = [(s.ROLE_AGGREGATOR, 0)] + [(s.ROLE_WORKER, r) for r in range(1, spec.partitions + 1)]
+    missing = [k for k in expected if k not in live]
+    if st["phase"] == "Running":
+        gone = [p.name for p in group if p.deleting] + [pod_name(job, r, k) for r, k in missing]
+        if gone:
+            _restart(plan, spec, "PodDeleted", f"pod(s) {', '.join(sorted(set(gone)))} disappeared while "
+                     "training", now, pods)
+            return
+    elif missing:
+        plan.create_group = True
+        if st.get("rounds") is None:
+            st["rounds"] = rounds_mod.initial(spec, now)  # round 0, durable before any pod runs
+        return
+    if st["phase"] != "Running":
+        if all(p.phase in ("Running", "Succeeded") for p in live.values()):
+            _enter(plan, "Running", "Running", f"aggregator and {spec.partitions} workers running", now)
+            st.setdefault("runningTime", iso(now))
+            plan.event("Normal", "Running", f"aggregator and {spec.partitions} workers running")
+        return
+
+    # 3. repartition rounds (only while the group trains)
+    new_rounds, decision, reason = rounds_mod.decide(spec, st.get("rounds"), st.get("progress"), now)
+    st["rounds"] = new_rounds
+    if decision is not None:
+        plan.round_reason = reason
+        plan.event("Normal", "RoundDecided", f"round {decision.round} ({reason}): pairing seed "
+                   f"{decision.pairing_seed}, effective from epoch {decision.effective_epoch}")
+
+
+def _result_suffix(st: dict[str, Any]) -> str:
+    res = st.get("result") or {}
+    if isinstance(res.get("testAcc"), (int, float)):
+        return f": test accuracy {res['testAcc']:.4f}"
+    return ""

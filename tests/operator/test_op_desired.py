@@ -1,0 +1,169 @@
+"""Desired child objects: names, env contract, security, volumes, RBAC, gang scheduling."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from gj_testlib import make_spec
+
+from grappa.config import validate_config
+from grappa_operator import desired
+from grappa_operator import settings as s
+from grappa_operator.errors import SpecError
+
+
+def env_of(pod):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_group_has_aggregator_and_p_workers(job):
+    spec = make_spec(partitions=4)
+    pods = desired.group_pods(job, spec, attempt=2)
+    assert [p["metadata"]["name"] for p in pods] == ["job-aggregator"] + [f"job-worker-{r}" for r in range(1, 5)]
+    for rank, p in enumerate(pods):
+        env = env_of(p)
+        assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "5"
+        assert env["MASTER_ADDR"] == "job-aggregator.ns.svc" and env["MASTER_PORT"] == "29500"
+        assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert env["GRAPPA_JOB_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert env["GRAPPA_JOB_NAME"] == "job"
+        assert p["metadata"]["labels"][s.LABEL_ATTEMPT] == "2"
+        assert p["metadata"]["ownerReferences"][0]["uid"] == job.uid
+        assert p["metadata"]["ownerReferences"][0]["controller"] is True
+        assert p["spec"]["restartPolicy"] == "Never"
+        ports = {x["name"]: x["containerPort"] for x in p["spec"]["containers"][0]["ports"]}
+        assert ports["metrics"] == 9400 and p["metadata"]["annotations"]["prometheus.io/port"] == "9400"
+        cmd = p["spec"]["containers"][0]["command"]
+        assert cmd == ["python", "-m", "grappa", "aggregator" if rank == 0 else "worker"]
+
+
+def test_config_env_is_a_valid_train_config(job):
+    spec = make_spec(partitions=3, dataset={"name": "csbm"}, grappa={"chunks": 6})
+    env = env_of(desired.group_pods(job, spec, 0)[1])
+    cfg = validate_config(json.loads(env["GRAPPA_CONFIG"]))
+    assert cfg.partitions == 3 and cfg.grappa.chunks == 6
+    assert cfg.run_dir == "/grappa/ns/job/01234567" and cfg.store_dir == cfg.run_dir + "/store"
+    assert cfg.dataset.root == "/grappa/data"
+    assert cfg.metrics_port == 9400
+
+
+def test_relative_dataset_paths_resolve_on_the_volume(job):
+    spec = make_spec(dataset={"name": "file", "path": "graphs/g.pt", "root": "/abs/root"})
+    cfg = desired.train_config(job, spec)
+    assert cfg.dataset.path == "/grappa/graphs/g.pt" and cfg.dataset.root == "/abs/root"
+
+
+def test_security_and_volumes(job):
+    spec = make_spec(storage={"claimName": "grappa-data", "mountPath": "/data"})
+    for p in desired.group_pods(job, spec, 0) + [desired.prepare_pod(job, spec, 0)]:
+        c = p["spec"]["containers"][0]
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert p["spec"]["securityContext"]["runAsNonRoot"] is True
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        assert mounts == {"/data": "grappa-data", "/tmp": "tmp"}
+        vols = {v["name"]: v for v in p["spec"]["volumes"]}
+        assert vols["grappa-data"]["persistentVolumeClaim"] == {"claimName": "grappa-data"}
+        assert vols["tmp"] == {"name": "tmp", "emptyDir": {}}
+
+
+def test_only_the_aggregator_gets_a_token(job, spec):
+    agg, w1, _ = desired.group_pods(job, spec, 0)
+    assert agg["spec"]["automountServiceAccountToken"] is True
+    assert agg["spec"]["serviceAccountName"] == "job-aggregator"
+    assert w1["spec"]["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in w1["spec"]
+    prep = desired.prepare_pod(job, spec, 0)
+    assert prep["spec"]["automountServiceAccountToken"] is False
+    assert "RANK" not in env_of(prep) and prep["metadata"]["name"] == "job-prepare"
+
+
+def test_pod_settings_are_applied(job):
+    spec = make_spec(worker={
+        "image": "example/grappa:1", "resources": {"requests": {"cpu": 1, "memory": "1Gi"}},
+        "nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "k", "operator": "Exists"}],
+        "env": [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "HOME", "value": "/x"}],
+        "serviceAccountName": "workers"})
+    w = desired.group_pods(job, spec, 0)[1]
+    c = w["spec"]["containers"][0]
+    assert c["image"] == "example/grappa:1"
+    assert c["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}
+    assert w["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert w["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    env = env_of(w)
+    assert env["OMP_NUM_THREADS"] == "1" and env["HOME"] == "/x"
+    assert [e["name"] for e in c["env"]].count("HOME") == 1
+    assert w["spec"]["serviceAccountName"] == "workers"
+
+
+def test_reserved_env_is_refused(job):
+    spec = make_spec(aggregator={"env": [{"name": "RANK", "value": "3"}]})
+    with pytest.raises(SpecError, match=r"spec.aggregator.env\[0\].name"):
+        desired.check_runnable(job, spec)
+
+
+def test_service_is_headless_and_selects_the_aggregator(job, spec):
+    svc = desired.service(job, spec)
+    assert svc["metadata"]["name"] == "job-aggregator" and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {s.LABEL_JOB: "job", s.LABEL_ROLE: "aggregator"}
+    assert {p["port"] for p in svc["spec"]["ports"]} == {29500, 9400}
+
+
+def test_aggregator_rbac_is_limited_to_its_job_status(job, spec):
+    sa, role, binding = desired.aggregator_rbac(job, spec)
+    assert sa["kind"] == "ServiceAccount" and sa["metadata"]["name"] == "job-aggregator"
+    assert role["rules"] == [{"apiGroups": ["grappa.dev"], "resources": ["grappajobs/status"],
+                              "resourceNames": ["job"], "verbs": ["get", "patch"]}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "job-aggregator", "namespace": "ns"}]
+    own = make_spec(aggregator={"serviceAccountName": "mine"})
+    objs = desired.aggregator_rbac(job, own)
+    assert [o["kind"] for o in objs] == ["Role", "RoleBinding"]
+    assert objs[1]["subjects"][0]["name"] == "mine"
+
+
+def test_gang_scheduling(job):
+    assert desired.pod_group(job, make_spec()) is None
+    spec = make_spec(partitions=4, schedulingPolicy={"gang": True, "queue": "ml"})
+    pg = desired.pod_group(job, spec)
+    assert pg["apiVersion"] == "scheduling.volcano.sh/v1beta1" and pg["spec"] == {"minMember": 5, "queue": "ml"}
+    agg = desired.group_pods(job, spec, 0)[0]
+    assert agg["spec"]["schedulerName"] == "volcano"
+    assert agg["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "job"
+    prep = desired.prepare_pod(job, spec, 0)
+    assert "scheduling.k8s.io/group-name" not in prep["metadata"].get("annotations", {})
+    sp = make_spec(schedulingPolicy={"gang": True, "provider": "scheduler-plugins"})
+    assert desired.pod_group(job, sp)["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    w = desired.group_pods(job, sp, 0)[1]
+    assert w["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "job"
+    assert w["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+
+
+@pytest.mark.parametrize("name,over,field", [
+    ("job", {"partitions": 20, "dataset": {"name": "csbm", "synthetic": {"numNodes": 10}}}, "spec.partitions"),
+    ("job", {"partitions": 4, "dataset": {"name": "cora"}, "grappa": {"chunks": 5000}}, "spec.grappa.chunks"),
+    ("job", {"partitions": 4, "dataset": {"name": "rmat", "synthetic": {"scale": 4}}, "grappa": {"chunks": 17}},
+     "spec.grappa.chunks"),
+    ("job", {"metricsPort": 29500}, "spec.masterPort"),
+    ("Bad_Name", {}, "metadata.name"),
+    ("x" * 60, {}, "metadata.name"),
+])
+def test_infeasible_specs(name, over, field):
+    spec = make_spec(**over)
+    with pytest.raises(SpecError) as info:
+        desired.check_runnable(desired.JobRef(name, "ns", "u"), spec)
+    assert field in info.value.message
+
+
+def test_supporting_objects_carry_owner_and_labels(job):
+    objs = desired.supporting_objects(job, make_spec(schedulingPolicy={"gang": True}))
+    assert [o["kind"] for o in objs] == ["Service", "ServiceAccount", "Role", "RoleBinding", "PodGroup"]
+    for o in objs:
+        assert o["metadata"]["namespace"] == "ns" and o["metadata"]["labels"][s.LABEL_JOB] == "job"
+        assert o["metadata"]["ownerReferences"][0]["kind"] == "GrappaJob"
+
+
+@pytest.mark.parametrize("cpu,threads", [(None, None), ("500m", "1"), (2, "2"), ("3.5", "3"), ("lots", None)])
+def test_torch_threads_follow_the_cpu_budget(job, cpu, threads):
+    res = {"limits": {"cpu": cpu}} if cpu is not None else {}
+    w = desired.group_pods(job, make_spec(worker={"resources": res}), 0)[1]
+    assert env_of(w).get("GRAPPA_THREADS") == threads

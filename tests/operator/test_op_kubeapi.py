@@ -1,0 +1,117 @@
+"""The kubernetes-client adapter against a recording HTTP server: paths, verbs, content types."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import kubernetes
+import pytest
+
+from gj_testlib import make_spec
+
+from grappa_operator import desired
+from grappa_operator.desired import JobRef
+from grappa_operator.errors import SpecError
+from grappa_operator.kubeapi import Kube
+
+POD = {"metadata": {"name": "demo-worker-1", "ownerReferences": [{"uid": "u1"}]}}
+STRAY = {"metadata": {"name": "demo-worker-2", "ownerReferences": [{"uid": "old"}]}}
+
+
+class Recorder(BaseHTTPRequestHandler):
+    calls: list = []
+    reply: dict = {}
+
+    def _handle(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        Recorder.calls.append((self.command, self.path, self.headers.get("Content-Type"), body))
+        status, payload = Recorder.reply.get((self.command, self.path.split("?")[0]), (200, {}))
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PATCH = do_DELETE = _handle
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def kube():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    cfg = kubernetes.client.Configuration()
+    cfg.host = f"http://127.0.0.1:{server.server_address[1]}"
+    Recorder.calls, Recorder.reply = [], {}
+    yield Kube(kubernetes.client.ApiClient(cfg))
+    server.shutdown()
+
+
+def test_job_status_and_pods(kube):
+    base = "/apis/grappa.dev/v1alpha1/namespaces/ns/grappajobs/demo"
+    Recorder.reply = {("GET", base): (200, {"metadata": {"name": "demo"}}),
+                      ("GET", "/api/v1/namespaces/ns/pods"): (200, {"items": [POD, STRAY]})}
+    assert kube.get_job("ns", "demo")["metadata"]["name"] == "demo"
+    kube.patch_status("ns", "demo", {"phase": "Running"})
+    method, path, ctype, body = Recorder.calls[-1]
+    assert (method, path, ctype, body) == ("PATCH", base + "/status", "application/merge-patch+json",
+                                           {"status": {"phase": "Running"}})
+    pods = kube.list_pods(JobRef("demo", "ns", "u1"))
+    assert [p["metadata"]["name"] for p in pods] == ["demo-worker-1"]  # other job's leftovers ignored
+    from urllib.parse import unquote
+    assert "labelSelector=grappa.dev/job-name=demo" in unquote(Recorder.calls[-1][1])
+
+
+def test_missing_job_is_none_and_404_delete_is_fine(kube):
+    Recorder.reply = {("GET", "/apis/grappa.dev/v1alpha1/namespaces/ns/grappajobs/gone"): (404, {}),
+                      ("DELETE", "/api/v1/namespaces/ns/pods/gone"): (404, {})}
+    assert kube.get_job("ns", "gone") is None
+    kube.delete_pod("ns", "gone")
+
+
+def test_create_is_idempotent_and_refusals_are_spec_errors(kube):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
+    assert kube.create(pod) is True
+    Recorder.reply = {("POST", "/api/v1/namespaces/ns/pods"): (409, {})}
+    assert kube.create(pod) is False
+    Recorder.reply = {("POST", "/api/v1/namespaces/ns/pods"): (422, {"message": "spec.containers[0].resources: bad"})}
+    with pytest.raises(SpecError, match="resources"):
+        kube.create(pod)
+    pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "g", "namespace": "ns"}}
+    Recorder.reply = {("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/ns/podgroups"): (404, {})}
+    with pytest.raises(SpecError, match="schedulingPolicy"):
+        kube.create(pg)
+    Recorder.reply = {}
+    job = JobRef("demo", "ns", "u1")
+    spec = make_spec(schedulingPolicy={"gang": True}, worker={
+        "resources": {"requests": {"cpu": 1, "memory": "1Gi"}}, "tolerations": [{"operator": "Exists"}],
+        "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]})
+    objs = desired.supporting_objects(job, spec) + desired.group_pods(job, spec, 0) + [desired.prepare_pod(job, spec, 0)]
+    for obj in objs:  # the real client accepts every object the operator builds
+        assert kube.create(obj) is True
+        sent = Recorder.calls[-1]
+        assert sent[0] == "POST" and sent[3] == json.loads(json.dumps(obj)), obj["kind"]
+    paths = {c[1] for c in Recorder.calls[-len(objs):]}
+    assert paths == {"/api/v1/namespaces/ns/services", "/api/v1/namespaces/ns/serviceaccounts",
+                     "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles",
+                     "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings",
+                     "/apis/scheduling.volcano.sh/v1beta1/namespaces/ns/podgroups",
+                     "/api/v1/namespaces/ns/pods"}
+    agg = next(c[3] for c in Recorder.calls if c[3] and c[3]["metadata"]["name"] == "demo-aggregator"
+               and c[3].get("kind") == "Pod")
+    assert agg["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_event_refers_to_the_job(kube):
+    body = {"metadata": {"name": "demo", "namespace": "ns", "uid": "u1"}}
+    kube.post_event(body, "Warning", "PodFailed", "pod demo-worker-1 failed", "2030-01-01T00:00:00Z")
+    method, path, _, ev = Recorder.calls[-1]
+    assert (method, path) == ("POST", "/api/v1/namespaces/ns/events")
+    assert ev["involvedObject"]["kind"] == "GrappaJob" and ev["involvedObject"]["uid"] == "u1"
+    assert ev["reason"] == "PodFailed" and ev["type"] == "Warning"

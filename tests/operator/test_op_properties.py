@@ -1,0 +1,119 @@
+"""Property tests: no spec, status or pod set makes the reconcile logic raise anything but SpecError."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gj_testlib import T0
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grappa_operator import desired
+from grappa_operator import settings as s
+from grappa_operator.api import PHASES, parse_spec
+from grappa_operator.errors import SpecError
+from grappa_operator.status import STATE_CONDITIONS, PodObs, step
+
+JOB = desired.JobRef("pj", "ns", "abcdef0123456789")
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True),
+                    st.text(max_size=6), st.sampled_from(["cora", "csbm", "rmat", "file", "All", "sweep",
+                                                          "gcn", "mini-batch", "/abs", "rel"]))
+junk = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                     st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                    max_leaves=6)
+
+
+def section(keys: list[str]):
+    return st.dictionaries(st.sampled_from(keys), junk, max_size=len(keys))
+
+
+spec_dicts = st.fixed_dictionaries({}, optional={
+    "partitions": st.one_of(st.integers(-1, 3000), junk),
+    "dataset": st.one_of(st.fixed_dictionaries({}, optional={
+        "name": st.sampled_from(["cora", "citeseer", "csbm", "rmat", "file", "nope"]),
+        "path": st.sampled_from(["g.pt", "/abs/g.pt"]),
+        "synthetic": section(["numNodes", "scale", "numClasses"]),
+    }), junk),
+    "model": section(["arch", "layers", "hidden", "dropout"]),
+    "training": section(["mode", "epochs", "fanouts", "evalEvery", "lr"]),
+    "grappa": st.fixed_dictionaries({}, optional={
+        "chunks": st.integers(-1, 5000),
+        "rounds": section(["every", "pairing", "plateau"]),
+        "partitionSeed": st.integers(0, 10)}),
+    "storage": st.one_of(st.just({"hostPath": "/srv"}), st.just({"claimName": "c"}), section(["hostPath", "claimName", "mountPath"])),
+    "metricsPort": st.integers(-1, 70000),
+    "masterPort": st.integers(-1, 70000),
+    "runPolicy": section(["backoffLimit", "suspend", "cleanPodPolicy", "ttlSecondsAfterFinished",
+                          "activeDeadlineSeconds", "preRunningDeadlineSeconds"]),
+    "schedulingPolicy": section(["gang", "provider", "queue"]),
+    "aggregator": section(["image", "env", "resources", "tolerations", "serviceAccountName"]),
+    "worker": section(["image", "env", "nodeSelector"]),
+    "bogus": junk,
+})
+
+pods = st.lists(st.builds(
+    PodObs,
+    name=st.sampled_from(["pj-aggregator", "pj-worker-1", "pj-worker-2", "pj-prepare", "other"]),
+    role=st.sampled_from([s.ROLE_AGGREGATOR, s.ROLE_WORKER, s.ROLE_PREPARE, ""]),
+    rank=st.one_of(st.none(), st.integers(0, 3)),
+    attempt=st.one_of(st.none(), st.integers(0, 3)),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
+    created_at=st.one_of(st.none(), st.just(T0)),
+    deleting=st.booleans(),
+    exit_code=st.one_of(st.none(), st.sampled_from([0, 1, 2, 3, 137])),
+    message=st.text(max_size=10),
+), max_size=5)
+
+progress = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+    "epoch": st.one_of(st.integers(-1, 200), junk), "round": st.one_of(st.integers(-1, 5), junk),
+    "valAcc": st.one_of(st.floats(0, 1), junk), "epochsTotal": st.one_of(st.integers(0, 200), junk),
+    "finished": st.booleans()}))
+
+
+def _checked_spec(raw):
+    try:
+        return parse_spec(raw)
+    except SpecError as err:
+        assert err.message and err.reason
+        return err
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=spec_dicts, observed=st.lists(pods, min_size=1, max_size=4), prog=progress,
+       seconds=st.lists(st.integers(0, 100_000), min_size=1, max_size=4))
+def test_reconcile_never_raises(raw, observed, prog, seconds):
+    spec = _checked_spec(raw)
+    status = None
+    for i, pod_set in enumerate(observed):
+        now = T0 + timedelta(seconds=sorted(seconds)[min(i, len(seconds) - 1)])
+        if status is not None and prog is not None:
+            status = {**status, "progress": prog}
+        plan = step(JOB, spec, status, pod_set, now)
+        status = plan.status
+        assert status["phase"] in PHASES
+        true = [c["type"] for c in status["conditions"] if c["status"] == "True" and c["type"] in STATE_CONDITIONS]
+        assert len(true) <= 1 and (not true or true[0] == status["phase"])
+        if not isinstance(spec, SpecError):
+            assert status["restarts"] <= spec.run_policy.backoff_limit
+            if not isinstance(spec, SpecError) and plan.create_group:
+                try:
+                    desired.check_runnable(JOB, spec)
+                except SpecError:
+                    raise AssertionError("created pods for an infeasible spec")
+                desired.group_pods(JOB, spec, status["restarts"])  # building objects never raises
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(raw=spec_dicts)
+def test_spec_errors_are_user_facing(raw):
+    spec = _checked_spec(raw)
+    if isinstance(spec, SpecError):
+        assert "spec" in spec.message
+        return
+    try:
+        desired.check_runnable(JOB, spec)
+    except SpecError as err:
+        assert "spec." in err.message or "metadata.name" in err.message
+        return
+    for obj in desired.supporting_objects(JOB, spec) + desired.group_pods(JOB, spec, 0):
+        assert obj["metadata"]["namespace"] == "ns"
