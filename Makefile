@@ -15,12 +15,7 @@ export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 venv: $(VENV)/.ready
 
 $(VENV)/.ready: hack/requirements.lock
-	@echo ">> creating virtualenv $(VENV) (first run only: downloads torch, a few minutes)"
-	rm -rf $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --progress-bar off -r hack/requirements.lock
-	touch $@
+	PYTHON=$(PYTHON) hack/ensure-venv.sh $(VENV)
 
 demo: venv
 	$(PY) -m grappa train --dataset csbm --partitions 4 --run-dir runs/demo
