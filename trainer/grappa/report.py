@@ -29,8 +29,17 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
     }
     path = run_dir / "report.json"
     path.write_text(json.dumps(report, indent=2))
-    plot_history(history, run_dir / "training.png", title=config.get("title"))
+    plot_history(history, run_dir / "training.png", title=config.get("title") or describe_run(config))
     return path
+
+
+def describe_run(config: dict) -> str:
+    try:
+        m = config["model"]
+        return (f"{config['dataset']['name']} - {m['arch'].upper()} x{m['layers']} - "
+                f"P={config['partitions']} - correction={config['grappa']['correction']}")
+    except (KeyError, TypeError):
+        return "Grappa training"
 
 
 def plot_history(history: list[dict], path: Path, title: Optional[str] = None) -> None:
@@ -50,7 +59,7 @@ def plot_history(history: list[dict], path: Path, title: Optional[str] = None) -
         ax.legend(loc="best", fontsize=8)
     ax_loss.set_ylabel("loss")
     ax_acc.set_ylabel("accuracy (exact evaluation)")
-    fig.suptitle(title or "Grappa training" + (" (grey lines: repartition rounds)" if starts else ""))
+    fig.suptitle((title or "Grappa training") + ("  (grey lines: repartition rounds)" if starts else ""))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
