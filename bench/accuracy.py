@@ -1,6 +1,6 @@
 """Accuracy benchmark: single-process vs Grappa (full) vs UW vs FP, P = 4, and gradient fidelity.
 
-Writes docs/results/accuracy.md (and accuracy.json with every run). Runs use the in-process
+Writes docs/results/accuracy.md (raw numbers in accuracy-runs.json and fidelity.json). Runs use the in-process
 simulation (`grappa.simulate`), which reproduces the multi-process run's numbers exactly
 (tests/trainer/test_local_runs.py) without paying process start-up and loopback copies 192 times.
 Results accumulate in the JSON, so an interrupted run resumes where it stopped.
@@ -129,8 +129,10 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("GRAPPA_THREADS", os.cpu_count() or 1)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    raw_path = out / "accuracy.json"
-    raw = json.loads(raw_path.read_text()) if raw_path.exists() else {"runs": {}, "fidelity": {}}
+    # Two files, so the two parts can run side by side: runs and fidelity.
+    runs_path, fid_path = out / "accuracy-runs.json", out / "fidelity.json"
+    raw = {"runs": json.loads(runs_path.read_text()) if runs_path.exists() else {},
+           "fidelity": json.loads(fid_path.read_text()) if fid_path.exists() else {}}
     archs, layer_list = args.archs.split(","), [int(x) for x in args.layers.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in args.datasets.split(",") if args.only != "fidelity" else []:
@@ -145,7 +147,7 @@ def main() -> None:
                             cfg = config(dataset, arch, layers, seed, args.epochs, method, tmp, args.shrinkage)
                             raw["runs"][key] = run_one(cfg, method, data)
                             print(key, raw["runs"][key], flush=True)
-                            raw_path.write_text(json.dumps(raw, indent=1))
+                            runs_path.write_text(json.dumps(raw["runs"], indent=1))
         if args.only != "accuracy":
             for dataset in args.fidelity_datasets.split(","):
                 data = load_dataset(config(dataset, "gcn", 2, 0, 1, "single", tmp, 0.5).dataset)
@@ -165,7 +167,7 @@ def main() -> None:
                                                   for r in rows}
                             raw["fidelity"][key] = entry
                             print(key, entry["global"], flush=True)
-                            raw_path.write_text(json.dumps(raw, indent=1))
+                            fid_path.write_text(json.dumps(raw["fidelity"], indent=1))
     runs = {k.rsplit("|", 1)[0]: v for k, v in raw["runs"].items() if k.endswith(f"|{args.epochs}")}
     (out / "accuracy.md").write_text(render(runs, raw["fidelity"], args))
     print(f"wrote {out / 'accuracy.md'}")
