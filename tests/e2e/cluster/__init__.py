@@ -1,0 +1,132 @@
+"""The e2e test bed: either a local throw-away control plane with a process node, or any
+existing cluster named by $KUBECONFIG (GRAPPA_E2E_USE_KUBECONFIG=1). See docs/testing.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .local import NODE_NAME, LocalCluster
+
+__all__ = ["Cluster", "LocalCluster", "NODE_NAME"]
+
+
+@dataclass
+class Cluster:
+    """What tests get: a kubeconfig, tool paths and a few helpers. `local` is None when the
+    suite runs against someone else's cluster."""
+
+    kubeconfig: Path
+    kubectl_bin: str
+    helm_bin: str
+    local: LocalCluster | None = None
+    expected_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_process_node(self) -> bool:
+        return self.local is not None
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([self.kubectl_bin, *args], env=self.env, input=input, text=True,
+                              capture_output=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([self.helm_bin, *args], env=self.env, text=True, capture_output=True,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: str, namespace: str | None = None) -> None:
+        extra = ["-n", namespace] if namespace else []
+        self.kubectl("apply", *extra, "-f", "-", input=manifest)
+
+    def create_namespace(self, name: str, timeout: float = 60) -> str:
+        """A namespace whose `default` ServiceAccount exists (pods are rejected before that)."""
+        self.kubectl("create", "namespace", name)
+        self.wait_for(lambda: self.kubectl("get", "serviceaccount", "default", "-n", name,
+                                           check=False).returncode == 0, timeout,
+                      f"default ServiceAccount in {name}")
+        return name
+
+    def wait_for(self, predicate: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(interval)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        proc = self.kubectl("get", "pod", name, "-n", namespace, "-o", "json", check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    def wait_pod_phase(self, namespace: str, name: str, phases: tuple[str, ...], timeout: float = 90) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            p = self.pod(namespace, name)
+            return p if p and p.get("status", {}).get("phase") in phases else None
+        try:
+            return self.wait_for(check, timeout, f"pod {namespace}/{name} in {phases}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.describe_pod(namespace, name)}") from None
+
+    def describe_pod(self, namespace: str, name: str) -> str:
+        """Pod status plus, on the local bed, the container logs (there is no `kubectl logs`)."""
+        p = self.pod(namespace, name)
+        out = json.dumps((p or {}).get("status", {}), indent=1)
+        if self.local is not None:
+            for log in sorted((self.local.node_dir / "logs").glob(f"{namespace}_{name}_*.log")):
+                out += f"\n--- {log.name}:\n" + log.read_text(errors="replace")[-4000:]
+        else:
+            out += "\n" + self.kubectl("logs", name, "-n", namespace, "--all-containers",
+                                       check=False).stdout[-4000:]
+        return out
+
+    def container_log(self, namespace: str, pod: str, container: str) -> str:
+        if self.local is not None:
+            path = self.local.node_dir / "logs" / f"{namespace}_{pod}_{container}.log"
+            return path.read_text(errors="replace") if path.exists() else ""
+        return self.kubectl("logs", pod, "-n", namespace, "-c", container, check=False).stdout
+
+
+def tool_env(kubeconfig: Path, bin_dir: Path | None, state_dir: Path | None = None) -> dict[str, str]:
+    """Environment for kubectl/helm. With `state_dir` (the local bed), their caches and config
+    (~/.kube/cache, ~/.cache/helm, ~/.config/helm, ...) go there, so the session leaves nothing
+    behind outside its temp folder."""
+    env = dict(os.environ)
+    env["KUBECONFIG"] = str(kubeconfig)
+    if bin_dir is not None:
+        env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
+    if state_dir is not None:
+        env["KUBECACHEDIR"] = str(state_dir / "kube-cache")
+        for var, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"),
+                         ("HELM_DATA_HOME", "data")):
+            env[var] = str(state_dir / "helm" / sub)
+    return env
+
+
+def find_tool(name: str, bin_dir: Path | None) -> str:
+    if bin_dir is not None and (bin_dir / name).exists():
+        return str(bin_dir / name)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found (set GRAPPA_CONTROLPLANE_BIN or put it on PATH)")
+    return found

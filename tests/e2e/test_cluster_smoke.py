@@ -1,0 +1,106 @@
+"""The test bed itself: version, health, namespaces and real RBAC decisions."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cluster import NODE_NAME, Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+def test_version_is_stamped(cluster: Cluster) -> None:
+    out = json.loads(cluster.kubectl("version", "-o", "json").stdout)
+    server = out["serverVersion"]["gitVersion"]
+    assert re.fullmatch(r"v\d+\.\d+\.\d+.*", server) and not server.startswith("v0.0.0"), out
+    if cluster.expected_version:
+        assert server == cluster.expected_version
+        assert out["clientVersion"]["gitVersion"] == cluster.expected_version
+
+
+def test_api_server_ready(cluster: Cluster) -> None:
+    assert cluster.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
+
+
+def test_process_node_ready(cluster: Cluster) -> None:
+    if not cluster.has_process_node:
+        pytest.skip("only the local bed runs the process node")
+    node = cluster.kubectl_json("get", "node", NODE_NAME)
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+    assert not node["spec"].get("taints"), node["spec"]
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+    lease = cluster.kubectl_json("get", "lease", NODE_NAME, "-n", "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == NODE_NAME
+
+
+def test_namespace_gets_default_sa_and_root_ca(cluster: Cluster, namespace: str) -> None:
+    # serviceaccount controller and root-ca-cert-publisher are running.
+    cluster.wait_for(lambda: cluster.kubectl("get", "configmap", "kube-root-ca.crt", "-n", namespace,
+                                             check=False).returncode == 0, 30, "kube-root-ca.crt")
+
+
+def test_rbac_is_enforced(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("create", "serviceaccount", "reader", "-n", namespace)
+    cluster.kubectl("create", "role", "cm-reader", "--verb=get,list", "--resource=configmaps",
+                    "-n", namespace)
+    cluster.kubectl("create", "rolebinding", "cm-reader", "--role=cm-reader",
+                    f"--serviceaccount={namespace}:reader", "-n", namespace)
+    who = f"--as=system:serviceaccount:{namespace}:reader"
+
+    def can(*args: str) -> str:
+        return cluster.kubectl("auth", "can-i", *args, who, check=False).stdout.strip()
+
+    assert can("get", "configmaps", "-n", namespace) == "yes"
+    assert can("list", "configmaps", "-n", namespace) == "yes"
+    assert can("delete", "configmaps", "-n", namespace) == "no"
+    assert can("get", "secrets", "-n", namespace) == "no"
+    assert can("get", "configmaps", "-n", "default") == "no"
+    assert cluster.kubectl("auth", "can-i", "*", "*").stdout.strip() == "yes"  # admin
+
+
+CHART = {
+    "Chart.yaml": "apiVersion: v2\nname: smoke\nversion: 0.1.0\n",
+    "values.yaml": "message: hello-from-helm\n",
+    "templates/deployment.yaml": """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-web
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: {{ .Release.Name }}-web}}
+  template:
+    metadata: {labels: {app: {{ .Release.Name }}-web}}
+    spec:
+      containers:
+      - name: web
+        image: python:3.12-slim
+        command: ["python", "-m", "http.server", "8000", "--bind", "$(POD_IP)"]
+        env:
+        - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        - {name: MESSAGE, value: {{ .Values.message | quote }}}
+        readinessProbe: {httpGet: {path: /, port: 8000}, periodSeconds: 1}
+""",
+}
+
+
+def test_helm_install_deployment_rollout(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """helm -> Deployment -> ReplicaSet -> Pod on a node -> Ready: the path the operator's chart takes."""
+    version = cluster.helm("version", "--short").stdout.strip()
+    assert version.startswith("v3") or version.startswith("v4"), version
+    for rel, text in CHART.items():
+        (tmp_path / "smoke" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "smoke" / rel).write_text(text)
+    cluster.helm("install", "smk", str(tmp_path / "smoke"), "-n", namespace, "--wait", "--timeout", "120s")
+    cluster.kubectl("rollout", "status", "deployment/smk-web", "-n", namespace, "--timeout=60s")
+    pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", "app=smk-web")["items"]
+    assert len(pods) == 1 and pods[0]["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    assert "smk" in cluster.helm("list", "-n", namespace, "-q").stdout.split()
+    cluster.helm("uninstall", "smk", "-n", namespace, "--wait", "--timeout", "120s")
+    cluster.wait_for(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 60,
+                     "pods of the uninstalled release gone")
