@@ -20,8 +20,12 @@ $(VENV)/.ready: hack/requirements.lock
 demo: venv
 	$(PY) -m grappa train --dataset csbm --partitions 4 --run-dir runs/demo
 
+# Cold: builds the control plane (~30 min on 2 cores, cached by version afterwards) and installs
+# Debian's prometheus; warm: straight to pytest.
 test: venv
-	$(PY) -m pytest -q tests
+	hack/install-prometheus.sh
+	bin=$$(set -o pipefail; GRAPPA_CACHE=$(GRAPPA_CACHE) hack/build-controlplane.sh | tail -1) && \
+	  GRAPPA_CONTROLPLANE_BIN=$$bin $(PY) -m pytest -q tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests -m "not e2e"
