@@ -68,6 +68,7 @@ def test_job_status_reports_progress_and_applies_operator_rounds_at_boundaries()
     api = FakeApi({"rounds": {"current": 2, "pairingSeed": 77, "effectiveEpoch": 9}})
     js = JobStatus("job-a", "ns1", api=api)
     current = RoundDecision(1, 5, 4)
+    assert js.decide(8, Progress(), current) == current  # not before the recorded boundary
     d = js.decide(10, Progress(), current)
     assert d == RoundDecision(2, 77, 10)  # applied at the boundary the aggregator is at
     assert js.decide(11, Progress(), d) == d  # nothing newer: stay

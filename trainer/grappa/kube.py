@@ -84,5 +84,7 @@ class JobStatus:
         t = rounds.get("current")
         if t is None or int(t) <= current.round:
             return current
-        # Applied at this boundary whatever the operator expected; progress.round reports it.
+        if next_epoch < int(rounds.get("effectiveEpoch", next_epoch)):
+            return current  # decided early (we raced the operator): wait for its boundary
+        # Late is possible (the operator was slow): apply now; progress.round reports it.
         return RoundDecision(int(t), int(rounds.get("pairingSeed", 0)), next_epoch)

@@ -1,0 +1,209 @@
+"""The whole platform end to end: helm install of charts/grappa, a GrappaJob from the shipped
+example (P = 4, synthetic CSBM) to Succeeded with rounds, printer columns, garbage collection,
+a worker killed mid-training and the operator restarted mid-job.
+
+Written against plain Kubernetes (kubectl, helm, the API); see helpers.py for images on kind."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+import helpers as h
+from cluster import Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def release(cluster: Cluster, request: pytest.FixtureRequest) -> h.Release:
+    return h.operator_release(cluster, request)
+
+
+@pytest.fixture(scope="session")
+def happy(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.JobRun:
+    return h.happy_job(cluster, release, request)
+
+
+def _rounds(job: dict[str, Any]) -> dict[str, Any]:
+    return (job.get("status") or {}).get("rounds") or {}
+
+
+def test_operator_installed_with_helm(cluster: Cluster, release: h.Release) -> None:
+    listed = h.helm(cluster, "list", "-n", release.namespace, "-o", "json").stdout
+    assert f'"name":"{release.name}"' in listed and '"status":"deployed"' in listed, listed
+    crd = cluster.kubectl_json("get", "crd", h.RESOURCE)
+    assert crd["spec"]["names"]["shortNames"] == ["gj"]
+    deploy = cluster.kubectl_json("get", "deployment", release.fullname, "-n", release.namespace)
+    assert deploy["status"].get("readyReplicas") == 1, deploy["status"]
+    pod = h.wait_operator(cluster, release)
+    assert pod["spec"]["serviceAccountName"] == release.service_account
+    assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "grappa_operator"]
+    if cluster.has_process_node:
+        assert pod["status"]["podIP"].startswith("127."), pod["status"]
+
+
+def test_job_succeeds_with_rounds(cluster: Cluster, release: h.Release, happy: h.JobRun) -> None:
+    job = happy.job
+    st = job["status"]
+    diag = lambda: h.diagnostics(cluster, happy.namespace, happy.name, release)  # noqa: E731
+    assert st["phase"] == "Succeeded"
+    # Pending is usually too short to be seen by polling; Running must have been.
+    assert "Running" in happy.phases and happy.phases[-1] == "Succeeded", happy.phases
+    seq = happy.watched_phases  # from a watch: every phase, in order
+    assert [p for p in seq if p in ("Preparing", "Running", "Succeeded")] == ["Preparing", "Running", "Succeeded"], seq
+    assert st.get("restarts", 0) == 0, diag()
+    result = st.get("result") or {}
+    assert isinstance(result.get("testAcc"), float) and 0.0 < result["testAcc"] <= 1.0, st
+    assert 0.0 < result.get("bestVal", 0) <= 1.0 and result.get("bestEpoch", 0) >= 1, st
+    prog = st["progress"]
+    assert prog["epoch"] == prog["epochsTotal"] == job["spec"]["training"]["epochs"], prog
+    assert prog.get("finished") is True, prog
+    cond = h.conditions(job)
+    assert cond["Succeeded"]["status"] == "True" and cond["Created"]["status"] == "True", cond
+    assert cond.get("Running", {}).get("status") in ("False", None), cond
+
+    # Rounds: round 0 plus at least two repartitions, decided in order, each applied once.
+    rounds = _rounds(job)
+    history = rounds.get("history") or []
+    numbers = [r["round"] for r in history]
+    assert numbers == list(range(len(numbers))) and len(numbers) >= 3, (rounds, diag())
+    assert rounds["current"] == numbers[-1] == prog["round"], rounds
+    boundaries = [r["effectiveEpoch"] for r in history]
+    assert boundaries == sorted(boundaries) and len(set(boundaries)) == len(boundaries), history
+    assert all(b < prog["epochsTotal"] for b in boundaries), history
+    assert len({r["pairingSeed"] for r in history}) == len(history), history
+    decided = [e for e in h.events(cluster, happy.namespace, "GrappaJob", happy.name)
+               if e["reason"] == "RoundDecided"]
+    assert len(decided) == len(numbers) - 1 >= 2, (decided, history)
+    for r in range(1, len(numbers)):
+        assert sum(f"round {r} " in e["message"] for e in decided) == 1, decided
+    applied = [int(m) for m in re.findall(r"round (\d+) from epoch \d+",
+                                          h.aggregator_log(cluster, happy.namespace, happy.name))]
+    assert applied == numbers, f"aggregator applied rounds {applied}, status history {numbers}"
+
+
+def test_printer_columns(cluster: Cluster, happy: h.JobRun) -> None:
+    out = cluster.kubectl("get", "grappajobs", "-n", happy.namespace).stdout
+    header, *rows = out.strip().splitlines()
+    assert header.split() == ["NAME", "PHASE", "EPOCH", "ROUND", "LOSS", "VAL-ACC", "AGE"], out
+    row = next(r.split() for r in rows if r.split()[0] == happy.name)
+    prog = happy.job["status"]["progress"]
+    assert row[1:4] == ["Succeeded", str(prog["epoch"]), str(prog["round"])], out
+    assert abs(float(row[4]) - prog["loss"]) < 1e-3 and abs(float(row[5]) - prog["valAcc"]) < 1e-3, out
+    wide = cluster.kubectl("get", "gj", happy.name, "-n", happy.namespace, "-o", "wide").stdout
+    assert "RESTARTS" in wide.splitlines()[0], wide
+
+
+def test_deleting_job_collects_children(cluster: Cluster, release: h.Release, happy: h.JobRun) -> None:
+    ns, name = happy.namespace, happy.name
+    kinds = "pods,services,serviceaccounts,roles,rolebindings"
+    sel = f"{h.LABEL_JOB}={name}"
+    before = cluster.kubectl_json("get", kinds, "-n", ns, "-l", sel)["items"]
+    got = {(o["kind"], o["metadata"]["name"]) for o in before}
+    assert ("Service", f"{name}-aggregator") in got and ("Pod", f"{name}-aggregator") in got, got
+    assert ("Role", f"{name}-aggregator") in got, got
+    cluster.kubectl("delete", "grappajob", name, "-n", ns, "--wait=true", timeout=h.scaled(120))
+    try:
+        cluster.wait_for(lambda: not cluster.kubectl_json("get", kinds, "-n", ns, "-l", sel)["items"],
+                         h.scaled(120), f"garbage collection of {name}'s children")
+    except AssertionError as e:
+        left = cluster.kubectl("get", kinds, "-n", ns, "-l", sel, check=False).stdout
+        raise AssertionError(f"{e}; still there:\n{left}{h.diagnostics(cluster, ns, name, release)}") from None
+
+
+def test_worker_killed_resumes_from_checkpoint(cluster: Cluster, release: h.Release, namespace: str) -> None:
+    name = f"kill-{uuid.uuid4().hex[:5]}"
+    manifest = h.job_manifest(name, epochs=10, rounds_every=3)
+    victim = f"{name}-worker-2"
+    killed: dict[str, Any] = {}
+
+    def inject(job: dict[str, Any]) -> bool:
+        if h.phase(job) == "Running" and h.progress(job).get("epoch", 0) >= 3:
+            killed.update(epoch=h.progress(job)["epoch"], at=time.time())
+            # The API way works on any cluster: the pod's container gets SIGTERM and goes away.
+            cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+            return True
+        return False
+
+    watch = h.PodWatch(cluster, namespace, name)
+    watch.start()
+    try:
+        run = h.run_job(cluster, namespace, manifest, release, during=inject)
+    finally:
+        watch.stop()
+    st = run.job["status"]
+    diag = h.diagnostics(cluster, namespace, name, release)
+    assert st["restarts"] == 1, diag
+    seq = run.watched_phases
+    assert "Restarting" in seq and seq.index("Restarting") > seq.index("Running"), (seq, diag)
+    assert seq[-1] == "Succeeded" and "Running" in seq[seq.index("Restarting"):], seq
+    # The Restarting phase can be shorter than a poll, but its condition stays in the list once
+    # it has been True (now False, reason Restarted), next to the Warning Event that says why.
+    restarting = h.conditions(run.job).get("Restarting")
+    assert restarting and restarting["status"] == "False", (run.phases, diag)
+    assert restarting["lastTransitionTime"] >= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(killed["at"] - 1))
+    warnings = [e for e in h.events(cluster, namespace, "GrappaJob", name)
+                if e["type"] == "Warning" and e["reason"] in ("PodFailed", "PodDeleted")]
+    assert len(warnings) == 1 and victim in warnings[0]["message"], h.events_text(cluster, namespace)
+    attempts = {v["attempt"] for v in watch.seen.values() if v["role"] in ("aggregator", "worker")}
+    assert attempts == {"0", "1"}, watch.seen
+    # The second group resumed from the newest checkpoint, not from epoch 0.
+    log = h.aggregator_log(cluster, namespace, name)
+    resumed = [int(m) for m in re.findall(r"resuming from \S+ \(epoch (\d+)\)", log)]
+    assert resumed and 1 <= resumed[-1] <= st["progress"]["epochsTotal"], log[-3000:]
+    assert resumed[-1] >= killed["epoch"] - 1, (resumed, killed)
+    assert 0.0 < st["result"]["testAcc"] <= 1.0
+    rounds = _rounds(run.job)["history"]
+    assert [r["round"] for r in rounds] == list(range(len(rounds))), rounds
+
+
+def test_operator_restart_mid_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
+    name = f"oprs-{uuid.uuid4().hex[:5]}"
+    manifest = h.job_manifest(name, epochs=12, rounds_every=3)
+    old = h.wait_operator(cluster, release)
+    restarted: dict[str, Any] = {}
+
+    def inject(job: dict[str, Any]) -> bool:
+        if not restarted and h.phase(job) == "Running" and h.progress(job).get("epoch", 0) >= 2:
+            restarted["epoch"] = h.progress(job)["epoch"]
+            restarted["round"] = _rounds(job).get("current")
+            cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", release.namespace, "--wait=false")
+            return True
+        return False
+
+    watch = h.PodWatch(cluster, namespace, name)
+    watch.start()
+    try:
+        run = h.run_job(cluster, namespace, manifest, release, during=inject)
+        new = h.wait_operator(cluster, release, not_uid=old["metadata"]["uid"])
+    finally:
+        watch.stop()
+    diag = h.diagnostics(cluster, namespace, name, release)
+    st = run.job["status"]
+    assert new["metadata"]["name"] != old["metadata"]["name"]
+    assert st.get("restarts", 0) == 0, diag
+    # No duplicates: P + 1 training pods and one prepare pod ever, never two for one rank.
+    trainers = [v for v in watch.seen.values() if v["role"] in ("aggregator", "worker")]
+    assert len(trainers) == manifest["spec"]["partitions"] + 1, (watch.seen, diag)
+    assert all(n == 1 for n in watch.max_live.values()), watch.max_live
+    assert len([v for v in watch.seen.values() if v["role"] == "prepare"]) <= 1, watch.seen
+    # Rounds neither skipped nor repeated, across the restart.
+    history = _rounds(run.job)["history"]
+    numbers = [r["round"] for r in history]
+    assert numbers == list(range(len(numbers))) and len(numbers) >= 3, history
+    # An Event is posted after the status write, so a decision whose Event was lost in the
+    # restart may lack one; none may have two.
+    decided = [e for e in h.events(cluster, namespace, "GrappaJob", name) if e["reason"] == "RoundDecided"]
+    for r in range(1, len(numbers)):
+        assert sum(f"round {r} " in e["message"] for e in decided) <= 1, (r, decided)
+    applied = [int(m) for m in re.findall(r"round (\d+) from epoch \d+", h.aggregator_log(cluster, namespace, name))]
+    assert applied == numbers, (applied, numbers)
+    assert st["progress"]["round"] == numbers[-1]
+    # The new operator still reconciles: it saw the job through to Succeeded.
+    assert h.conditions(run.job)["Succeeded"]["status"] == "True"
+    assert restarted["epoch"] < st["progress"]["epochsTotal"]

@@ -1,0 +1,139 @@
+"""Prometheus (Debian's package, hack/install-prometheus.sh) scrapes the operator and the trainer
+pods while the happy-path GrappaJob runs; every PromQL expression of the chart's Grafana
+dashboards must then return data through Prometheus's HTTP API.
+
+Expressions are evaluated as range queries over the session's run (from just before the job was
+applied until now, 1 s steps): the trainers' series end with their pods, so an instant query
+after the job would rightly be empty. A failed job is created here so that the "Failed jobs"
+panel has something to show."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+import helpers as h
+from cluster import Cluster
+
+pytestmark = pytest.mark.e2e
+
+DASHBOARDS = sorted((h.CHART / "dashboards").glob("*.json"))
+
+
+@pytest.fixture(scope="session")
+def release(cluster: Cluster, request: pytest.FixtureRequest) -> h.Release:
+    return h.operator_release(cluster, request)
+
+
+@pytest.fixture(scope="session")
+def happy(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.JobRun:
+    return h.happy_job(cluster, release, request)
+
+
+@pytest.fixture(scope="session")
+def prom(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.Prometheus:
+    p = h.prometheus(cluster, release, request)
+    if p.error:
+        pytest.fail(f"Prometheus is not running: {p.error}")
+    return p
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(file, panel title, expr) of every target of every panel, rows included."""
+    out: list[tuple[str, str, str]] = []
+
+    def walk(panels: list[dict[str, Any]], fname: str) -> None:
+        for p in panels:
+            for t in p.get("targets", []):
+                if t.get("expr"):
+                    out.append((fname, p.get("title", f"panel {p.get('id')}"), t["expr"]))
+            walk(p.get("panels", []), fname)
+    for f in DASHBOARDS:
+        walk(json.loads(f.read_text()).get("panels", []), f.name)
+    return out
+
+
+QUERIES = dashboard_queries()
+_VAR = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    """Grafana template variables -> concrete values; an unknown variable fails loudly."""
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name not in values:
+            raise AssertionError(f"dashboard uses template variable ${name}, which this test does not know "
+                                 f"how to fill: {expr}")
+        return values[name]
+    return _VAR.sub(sub, expr)
+
+
+def test_dashboards_have_queries() -> None:
+    assert len(DASHBOARDS) >= 2 and len(QUERIES) >= 20, (DASHBOARDS, len(QUERIES))
+
+
+@pytest.fixture(scope="module")
+def failed_job(cluster: Cluster, release: h.Release, prom: h.Prometheus):
+    """An infeasible job (more partitions than graph nodes): Failed at once, no pods."""
+    ns = cluster.create_namespace(f"e2e-prom-{uuid.uuid4().hex[:6]}")
+    job = h.job_manifest("too-wide", dataset={"synthetic": {"numNodes": 3}})  # P = 4 > 3 nodes
+    h.apply_file(cluster, ns, job)
+    h.wait_job(cluster, ns, "too-wide", lambda j: h.phase(j) == "Failed", "phase Failed",
+               timeout=h.scaled(60), rel=release, fail_on_failed=False)
+    yield ns, "too-wide"
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_prometheus_scraped_operator_and_trainers(cluster: Cluster, prom: h.Prometheus, happy: h.JobRun) -> None:
+    seen = prom.targets_seen
+    assert seen["operator"], seen
+    mine = [t for t in seen["trainers"] if t.startswith(f"{happy.namespace}/{happy.name}-")]
+    assert f"{happy.namespace}/{happy.name}-aggregator" in mine, seen
+    assert any("-worker-" in t for t in mine), seen
+    # The operator target is up now; the happy job's aggregator was up while it ran.
+    up = prom.query('up{job="grappa-operator"} == 1')
+    assert up, (prom.targets(), prom.log_tail())
+    agg = prom.query_range(f'up{{namespace_pod="{happy.namespace}/{happy.name}-aggregator"}}',
+                           happy.started_wall, time.time())
+    assert any(float(v) == 1 for s in agg for _, v in s["values"]), (agg, prom.targets())
+
+
+def _id(i: int, fname: str, title: str) -> str:
+    return f"{fname[:-5]}-{i}-" + re.sub(r"[^A-Za-z0-9]+", "_", title).strip("_")
+
+
+@pytest.mark.parametrize("fname,title,expr", QUERIES, ids=[_id(i, f, t) for i, (f, t, _) in enumerate(QUERIES)])
+def test_dashboard_expression_returns_data(cluster: Cluster, prom: h.Prometheus, happy: h.JobRun,
+                                           failed_job: tuple[str, str], fname: str, title: str, expr: str) -> None:
+    values = {"namespace": happy.namespace, "job": happy.name, "__rate_interval": "1m",
+              "__interval": "15s", "__range": "5m", "datasource": "prometheus"}
+    q = substitute(expr, values)
+    end_deadline = time.monotonic() + h.scaled(30)
+    while True:  # the failed job's series appears at the next scrape after it failed
+        result = prom.query_range(q, happy.started_wall - 5, time.time())
+        finite = [float(v) for s in result for _, v in s["values"] if not math.isnan(float(v))]
+        if finite or time.monotonic() > end_deadline:
+            break
+        time.sleep(2)
+    assert result, (f"{fname}, panel {title!r}: {q!r} returned no series over the run "
+                    f"({time.time() - happy.started_wall:.0f}s); scraped targets: {prom.targets_seen}")
+    assert finite, f"{fname}, panel {title!r}: {q!r} returned only NaN: {json.dumps(result)[:1500]}"
+
+
+def test_operator_per_job_series_keep_their_labels(prom: h.Prometheus, happy: h.JobRun) -> None:
+    """The dashboards' legends say {{namespace}}/{{job}} for the operator's per-job gauges, which
+    carry the GrappaJob's namespace and name in the labels `namespace` and `job`. Prometheus
+    gives every target its own `job` label (and the Prometheus Operator a `namespace` label), so
+    without honorLabels on the chart's ServiceMonitor/PodMonitor the GrappaJob's labels are
+    renamed to exported_job/exported_namespace and the legends show the scrape job instead."""
+    series = prom.query_range("grappa_operator_job_epoch", happy.started_wall, time.time())
+    labels = [s["metric"] for s in series]
+    ok = any(m.get("job") == happy.name and m.get("namespace") == happy.namespace for m in labels)
+    assert prom.honor["operator"], "the chart's operator ServiceMonitor/PodMonitor must set honorLabels"
+    assert ok, labels

@@ -1,0 +1,145 @@
+"""Malformed GrappaJobs are refused by the real API server's OpenAPI validation of the CRD the
+chart installs, with the offending field named; nothing is created. Unknown fields: the schema
+does not preserve them, so `kubectl apply` (strict field validation by default) refuses them and
+`--validate=warn` stores the object pruned, with a warning naming the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+import helpers as h
+from cluster import Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def release(cluster: Cluster, request: pytest.FixtureRequest) -> h.Release:
+    return h.operator_release(cluster, request)
+
+
+@pytest.fixture(scope="module")
+def ns(cluster: Cluster, release: h.Release):
+    name = cluster.create_namespace(f"e2e-schema-{uuid.uuid4().hex[:6]}")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _set(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    *parents, leaf = path.split(".")
+    cur = out
+    for p in parents:
+        cur = cur.setdefault(p, {})
+    if value is _DELETE:
+        cur.pop(leaf, None)
+    else:
+        cur[leaf] = value
+    return out
+
+
+_DELETE = object()
+
+# (id, path under the object, bad value, text the API server's error must contain)
+CASES = [
+    ("negative-partitions", "spec.partitions", -4,
+     ["spec.partitions", "greater than or equal to 1"]),
+    ("partitions-not-integer", "spec.partitions", 1.5,
+     ["spec.partitions", "integer"]),
+    ("unknown-arch", "spec.model.arch", "transformer",
+     ["spec.model.arch", "Unsupported value", '"transformer"', '"gcn"']),
+    ("unknown-correction", "spec.grappa.correction", "magic",
+     ["spec.grappa.correction", "Unsupported value", '"node"']),
+    ("unknown-mode", "spec.training.mode", "streaming",
+     ["spec.training.mode", "Unsupported value"]),
+    ("epochs-wrong-type", "spec.training.epochs", "ten",
+     ["spec.training.epochs", "must be of type integer"]),
+    ("fanouts-wrong-type", "spec.training.fanouts", "5,5",
+     ["spec.training.fanouts", "must be of type array"]),
+    ("dropout-exclusive-bound", "spec.model.dropout", 1.0,
+     ["spec.model.dropout", "less than 1"]),
+    ("metrics-port-range", "spec.metricsPort", 70000,
+     ["spec.metricsPort", "less than or equal to 65535"]),
+    ("relative-host-path", "spec.storage", {"hostPath": "relative/dir"},
+     ["spec.storage.hostPath", "should match"]),
+    ("missing-storage", "spec.storage", _DELETE,
+     ["spec.storage", "Required value"]),
+    ("bad-clean-pod-policy", "spec.runPolicy.cleanPodPolicy", "Sometimes",
+     ["spec.runPolicy.cleanPodPolicy", "Unsupported value"]),
+]
+
+
+def _job(name: str) -> dict[str, Any]:
+    job = h.job_manifest(name)
+    job["apiVersion"], job["kind"] = f"{h.GROUP}/{h.VERSION}", "GrappaJob"
+    return job
+
+
+@pytest.mark.parametrize("path,value,expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_schema_rejects(cluster: Cluster, ns: str, path: str, value: Any, expect: list[str]) -> None:
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    obj = _set(_job(name), path, value)
+    proc = cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"the API server accepted {path}={value!r}:\n{out}"
+    assert f'The GrappaJob "{name}" is invalid' in out, out
+    for text in expect:
+        assert text in out, f"{text!r} missing from the API server's answer:\n{out}"
+    assert h.get_job(cluster, ns, name) is None
+
+
+def test_valid_job_is_accepted_by_dry_run(cluster: Cluster, ns: str) -> None:
+    """The baseline every case above perturbs is itself valid (so each rejection is the field's)."""
+    obj = _job("baseline")
+    cluster.kubectl("apply", "-n", ns, "--dry-run=server", "-f", "-", input=json.dumps(obj))
+
+
+def test_unknown_field_strict_rejected(cluster: Cluster, ns: str) -> None:
+    name = f"unk-{uuid.uuid4().hex[:6]}"
+    obj = _set(_set(_job(name), "spec.model.depth", 3), "spec.colour", "blue")
+    proc = cluster.kubectl("apply", "-n", ns, "--validate=strict", "-f", "-", input=json.dumps(obj), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert 'unknown field "spec.model.depth"' in out and 'unknown field "spec.colour"' in out, out
+    assert h.get_job(cluster, ns, name) is None
+
+
+def test_unknown_field_pruned_with_warning(cluster: Cluster, ns: str) -> None:
+    name = f"prune-{uuid.uuid4().hex[:6]}"
+    obj = _set(_job(name), "spec.model.depth", 3)
+    # Keep the operator from starting pods for it: suspended from the start.
+    obj = _set(obj, "spec.runPolicy.suspend", True)
+    proc = cluster.kubectl("apply", "-n", ns, "--validate=warn", "-f", "-", input=json.dumps(obj))
+    assert 'unknown field "spec.model.depth"' in proc.stderr, proc.stderr
+    stored = h.get_job(cluster, ns, name)
+    assert stored is not None and "depth" not in stored["spec"]["model"], stored
+    # Defaults from the schema were applied by the API server.
+    assert stored["spec"]["storage"]["mountPath"] == "/grappa"
+    cluster.kubectl("delete", "grappajob", name, "-n", ns, "--wait=false")
+
+
+@pytest.mark.parametrize("path,value,reason,text", [
+    # No CEL rule in the CRD: "exactly one of claimName/hostPath" passes the API server.
+    ("spec.storage", {"mountPath": "/grappa"}, "InvalidSpec", "claimName or hostPath"),
+    ("spec.grappa.chunks", 2, "InvalidSpec", "grappa.chunks"),
+    ("spec.dataset.synthetic.numNodes", 3, "TooManyPartitions", "spec.partitions"),
+], ids=["storage-without-source", "chunks-below-partitions", "more-partitions-than-nodes"])
+def test_schema_admits_but_operator_fails_at_once(cluster: Cluster, release: h.Release, ns: str, path: str,
+                                                  value: Any, reason: str, text: str) -> None:
+    """Rules the OpenAPI schema cannot express: admitted, then Failed by the operator without
+    creating a pod, with the reason, a message naming the field and a Warning Event."""
+    name = f"late-{uuid.uuid4().hex[:6]}"
+    h.apply_file(cluster, ns, _set(_job(name), path, value))
+    job = h.wait_job(cluster, ns, name, lambda j: h.phase(j) == "Failed", "phase Failed", timeout=h.scaled(60),
+                     rel=release, fail_on_failed=False)
+    st = job["status"]
+    assert st["reason"] == reason and text in st["message"], st
+    assert not h.job_pods(cluster, ns, name), h.diagnostics(cluster, ns, name, release)
+    warn = [e for e in h.events(cluster, ns, "GrappaJob", name) if e["type"] == "Warning"]
+    assert warn and warn[0]["reason"] == reason, h.events_text(cluster, ns)
+    cluster.kubectl("delete", "grappajob", name, "-n", ns, "--wait=false")
