@@ -34,7 +34,7 @@ crd: venv
 	$(PY) -m grappa_operator.crdgen --write
 
 bench-accuracy: venv
-	$(PY) bench/accuracy.py
+	$(PY) bench/accuracy.py --epochs 100
 
 clean-data:
 	rm -rf .data runs
