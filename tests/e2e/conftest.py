@@ -79,3 +79,17 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     name = cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:8]}")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+# The operator release and the happy-path job are shared by several test modules.
+import helpers as h  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def release(cluster: Cluster, request: pytest.FixtureRequest) -> h.Release:
+    return h.operator_release(cluster, request)
+
+
+@pytest.fixture(scope="session")
+def happy(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.JobRun:
+    return h.happy_job(cluster, release, request)

@@ -19,16 +19,6 @@ from cluster import Cluster
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="session")
-def release(cluster: Cluster, request: pytest.FixtureRequest) -> h.Release:
-    return h.operator_release(cluster, request)
-
-
-@pytest.fixture(scope="session")
-def happy(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.JobRun:
-    return h.happy_job(cluster, release, request)
-
-
 def _rounds(job: dict[str, Any]) -> dict[str, Any]:
     return (job.get("status") or {}).get("rounds") or {}
 

@@ -27,16 +27,6 @@ DASHBOARDS = sorted((h.CHART / "dashboards").glob("*.json"))
 
 
 @pytest.fixture(scope="session")
-def release(cluster: Cluster, request: pytest.FixtureRequest) -> h.Release:
-    return h.operator_release(cluster, request)
-
-
-@pytest.fixture(scope="session")
-def happy(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.JobRun:
-    return h.happy_job(cluster, release, request)
-
-
-@pytest.fixture(scope="session")
 def prom(cluster: Cluster, release: h.Release, request: pytest.FixtureRequest) -> h.Prometheus:
     p = h.prometheus(cluster, release, request)
     if p.error:
