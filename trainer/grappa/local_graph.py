@@ -62,7 +62,6 @@ def build_local_graph(store: ChunkStore, base: Sequence[int],
     owned = torch.cat([c.nodes for c in owned_chunks])
     edges = torch.cat([torch.cat([c.intra, c.bridge], dim=1) for c in owned_chunks], dim=1)
     src = edges[0]
-    is_owned = torch.zeros_like(src, dtype=torch.bool)
     owned_sorted = torch.sort(owned).values
     pos = torch.searchsorted(owned_sorted, src).clamp(max=owned_sorted.numel() - 1)
     is_owned = owned_sorted[pos] == src
