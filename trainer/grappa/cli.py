@@ -75,9 +75,12 @@ def setup_logging() -> None:
         torch.set_num_threads(int(threads))
 
 
-def cmd_prepare(cfg: TrainConfig, progress: bool = True) -> dict:
+def cmd_prepare(cfg: TrainConfig) -> int:
     from .prepare import prepare_store
-    return prepare_store(cfg, progress=progress)
+    manifest = prepare_store(cfg, progress=True)
+    print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']} nodes in "
+          f"{manifest['num_chunks']} chunks")
+    return 0
 
 
 def cmd_train(cfg: TrainConfig) -> int:
@@ -136,7 +139,7 @@ def cmd_worker(cfg: TrainConfig) -> int:
 
 
 COMMANDS = {
-    "prepare": ("write the chunk store for a job (idempotent)", lambda c: (cmd_prepare(c), 0)[1]),
+    "prepare": ("write the chunk store for a job (idempotent)", cmd_prepare),
     "train": ("run a Grappa job locally: aggregator + P workers on 127.0.0.1", cmd_train),
     "single": ("single-process full-graph baseline (no partitions)", cmd_single),
     "aggregator": ("run rank 0 (used by pods and the local launcher)", cmd_aggregator),

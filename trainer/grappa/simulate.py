@@ -16,7 +16,7 @@ from .config import TrainConfig
 from .data import load_dataset
 from .models import GNN
 from .params import flat_state, load_flat_state, num_buffer_values, num_params
-from .rounds import RoundDecision, ScheduleRounds, round_seed
+from .rounds import Progress, RoundDecision, ScheduleRounds, round_seed
 from .shard import Shard
 from .single import evaluate_full, full_message_graph
 from .worker import empty_message, pack_message, steps_per_epoch
@@ -76,7 +76,6 @@ class Simulation:
         applied: Optional[RoundDecision] = None
         best = {"val": -1.0, "test": None, "epoch": None}
         history: list[dict] = []
-        from .rounds import Progress
         progress = Progress(epochs_total=cfg.training.epochs)
         for epoch in range(cfg.training.epochs):
             t0 = time.perf_counter()
