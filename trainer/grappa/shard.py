@@ -54,6 +54,9 @@ class Shard:
                              self.cfg.grappa.rounds.pairing)
         g = build_local_graph(self.store, self.base, var)
         self.graph = g
+        # Mini-batches gather rows, which CSR cannot do; full-graph feeds the whole matrix.
+        full = self.cfg.training.mode == "full-graph"
+        self.x = self.model.prepare_input(g.x) if full else g.x
         self.mg = build_message_graph(g.edge_index, g.num_nodes, g.deg,
                                       need_gcn=self.model.needs_gcn_weights)
         self.cov = coverage(g.edge_index, g.complete, self.cfg.model.layers).to(torch.float32)
@@ -82,7 +85,7 @@ class Shard:
     def contribute(self, batch: Tensor, wbar: float) -> Contribution:
         g, gc = self.graph, self.cfg.grappa
         if self.cfg.training.mode == "full-graph":
-            return contribution(self.model, g.x, self.mg, batch, self.cov[batch], g.y[batch],
+            return contribution(self.model, self.x, self.mg, batch, self.cov[batch], g.y[batch],
                                 gc.correction, gc.shrinkage, wbar)
         sub = self.sampler.sample(batch, self.gen)
         n_id = sub.n_id

@@ -34,6 +34,7 @@ class Simulation:
         self.shards = [Shard(cfg, r, self.store, self.model) for r in range(1, cfg.partitions + 1)]
         self.data = data if data is not None else load_dataset(cfg.dataset)
         self.eval_mg = full_message_graph(self.data, self.model)
+        self.eval_x = self.model.prepare_input(self.data.x)
         self.state_bytes = 4 * (self.n_params + self.n_buf)
 
     def setup_round(self, decision: RoundDecision) -> tuple[float, int]:
@@ -86,7 +87,7 @@ class Simulation:
             rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch}
             rec.update(self.train_epoch(epoch, steps, wbar))
             if (epoch + 1) % cfg.training.eval_every == 0 or epoch == cfg.training.epochs - 1:
-                rec.update(evaluate_full(self.model, self.data, self.eval_mg))
+                rec.update(evaluate_full(self.model, self.data, self.eval_mg, self.eval_x))
                 progress.val_history.append((epoch + 1, rec["val_acc"]))
                 if rec["val_acc"] > best["val"]:
                     best = {"val": rec["val_acc"], "test": rec["test_acc"], "epoch": epoch + 1}

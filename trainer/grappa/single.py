@@ -36,9 +36,10 @@ def full_graph_gradient(model: GNN, data: Data, mg: Optional[MessageGraph] = Non
 
 
 @torch.no_grad()
-def evaluate_full(model: GNN, data: Data, mg: MessageGraph) -> dict:
+def evaluate_full(model: GNN, data: Data, mg: MessageGraph, x: Optional[Tensor] = None) -> dict:
+    """`x`: `data.x` already passed through `model.prepare_input`, to pay the conversion once."""
     model.eval()
-    out = model(data.x, mg)
+    out = model(data.x if x is None else x, mg)
     res = {}
     for split in ("train", "val", "test"):
         m = getattr(data, f"{split}_mask")
@@ -53,6 +54,7 @@ def train_single(cfg: TrainConfig, data: Data,
     model = GNN(cfg.model, data.num_features, int(data.num_classes))
     opt = make_optimizer(cfg, model)
     mg = full_message_graph(data, model)
+    x = model.prepare_input(data.x)
     best = {"val": -1.0, "test": None, "epoch": None}
     history = []
     run_dir = Path(cfg.run_dir)
@@ -61,13 +63,13 @@ def train_single(cfg: TrainConfig, data: Data,
         t0 = time.perf_counter()
         model.train()
         opt.zero_grad(set_to_none=True)
-        out = model(data.x, mg)
+        out = model(x, mg)
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
         opt.step()
         rec = {"epoch": epoch + 1, "round": 0, "loss": float(loss)}
         if (epoch + 1) % cfg.training.eval_every == 0 or epoch == cfg.training.epochs - 1:
-            rec.update(evaluate_full(model, data, mg))
+            rec.update(evaluate_full(model, data, mg, x))
             if rec["val_acc"] > best["val"]:
                 best = {"val": rec["val_acc"], "test": rec["test_acc"], "epoch": epoch + 1}
         rec["epoch_seconds"] = time.perf_counter() - t0

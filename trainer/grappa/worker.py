@@ -46,6 +46,7 @@ class Worker:
             self.eval_graph.edge_index, self.eval_graph.num_nodes, self.eval_graph.deg,
             need_gcn=self.model.needs_gcn_weights)
         g = self.eval_graph
+        self.eval_x = self.model.prepare_input(g.x)
         self.link.send_var(g.global_ids[:g.num_base], 0, "control")
         self.link.send_var(g.global_ids[g.num_owned:], 0, "control")
 
@@ -85,7 +86,7 @@ class Worker:
     def evaluate(self) -> None:
         g, model = self.eval_graph, self.model
         model.eval()
-        h = g.x
+        h = self.eval_x
         for layer in range(len(model.layers)):
             out = model.layer(layer, h, self.eval_mg)
             if layer < len(model.layers) - 1:

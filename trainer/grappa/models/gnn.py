@@ -14,6 +14,7 @@ from .gcn import GCNLayer
 from .gin import GINLayer
 from .graph import MessageGraph
 from .sage import SAGELayer
+from .sparse_input import compact_input
 
 
 class GNN(nn.Module):
@@ -41,6 +42,11 @@ class GNN(nn.Module):
     @property
     def needs_gcn_weights(self) -> bool:
         return self.arch == "gcn"
+
+    def prepare_input(self, x: Tensor) -> Tensor:
+        """The feature matrix in the layout the first layer computes fastest on (CSR if sparse);
+        call once per graph, not per step. GIN sums raw rows before its MLP, so it stays dense."""
+        return x if self.arch == "gin" else compact_input(x)
 
     @property
     def widths(self) -> list[int]:
