@@ -111,6 +111,7 @@ class Aggregator:
     def train_epoch(self, epoch: int, rinfo: dict, do_eval: bool) -> dict:
         self.command(proto.control(proto.CMD_EPOCH, epoch, rinfo["round"], rinfo["pairing_seed"],
                                    rinfo["steps"], do_eval, rinfo["wbar"]))
+        started = time.perf_counter()
         size = self.n_params + self.n_buf + proto.STEP_SCALARS
         loss_sum = seeds = correct = 0.0
         reduce_s = step_s = 0.0
@@ -129,8 +130,15 @@ class Aggregator:
             correct += step_correct
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
+        reports = self.link.recv_many(
+            [(torch.empty(proto.EPOCH_REPORT_LEN, dtype=torch.float64), r) for r in self.workers], "control")
         return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),
-                "reducer_seconds": reduce_s, "step_seconds": step_s}
+                "reducer_seconds": reduce_s, "step_seconds": step_s,
+                "train_seconds": time.perf_counter() - started,
+                # per worker: training traffic (gradients + parameters) and fetched rows, both ways
+                "worker_train_bytes": [int(r[0] + r[1]) for r in reports],
+                "worker_fetch_bytes": [int(r[2] + r[3]) for r in reports],
+                "worker_peak_rss_bytes": [int(r[4]) for r in reports]}
 
     @torch.no_grad()
     def evaluate(self) -> dict:

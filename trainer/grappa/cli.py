@@ -20,7 +20,7 @@ EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
 
 # flag -> dotted config field
 FLAGS = {
-    "partitions": ("partitions", int), "dataset": ("dataset.name", str),
+    "strategy": ("strategy", str), "partitions": ("partitions", int), "dataset": ("dataset.name", str),
     "data_root": ("dataset.root", str), "download": ("dataset.download", None),
     "arch": ("model.arch", str), "layers": ("model.layers", int), "hidden": ("model.hidden", int),
     "dropout": ("model.dropout", float), "mode": ("training.mode", str),
@@ -88,9 +88,11 @@ def cmd_train(cfg: TrainConfig) -> int:
     from .prepare import prepare_store
     print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
     prepare_store(cfg, progress=True)
+    method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
+              if cfg.strategy == "grappa" else f"strategy {cfg.strategy}, fixed partitions")
     print(f"grappa: training {cfg.model.arch.upper()} x{cfg.model.layers} on {cfg.dataset.name} "
-          f"with P={cfg.partitions} workers ({cfg.training.mode}, correction={cfg.grappa.correction}, "
-          f"rounds every {cfg.grappa.rounds.every} epochs); logs in {cfg.run_dir}/logs", file=sys.stderr)
+          f"with P={cfg.partitions} workers ({cfg.training.mode}, {method}); logs in {cfg.run_dir}/logs",
+          file=sys.stderr)
     try:
         report = LocalJob(cfg).run()
     except LaunchError as err:
@@ -102,7 +104,7 @@ def cmd_train(cfg: TrainConfig) -> int:
 
 def print_result(result: dict, report: dict, run_dir: str) -> None:
     acc = result.get("test_acc")
-    mb = report.get("train_bytes_total", 0) / 1e6
+    mb = (report.get("train_bytes_total", 0) + report.get("fetch_bytes_total", 0)) / 1e6
     print(f"final test accuracy {acc:.4f} (best validation {result['best_val']:.4f} at epoch "
           f"{result['best_epoch']}); training traffic {mb:.1f} MB; report {run_dir}/report.json, "
           f"plot {run_dir}/training.png")

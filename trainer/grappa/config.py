@@ -125,6 +125,9 @@ class CheckpointConfig(Section):
 class TrainConfig(Section):
     """A whole Grappa job as the trainer sees it."""
 
+    strategy: Literal["grappa", "full"] = Field(
+        "grappa", description="grappa: isolated partitions, gradients only. full: the feature-fetching "
+        "baseline (remote features and activations every step, fixed partitions, full-graph mode).")
     partitions: int = Field(4, ge=1, le=1024, description="Number of workers P.")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -144,12 +147,30 @@ class TrainConfig(Section):
             raise ValueError(
                 f"grappa.chunks ({chunks}) must be >= partitions ({self.partitions}): "
                 "every worker needs its own base chunk")
+        if self.strategy != "grappa":
+            self._check_strategy_settings()
         fan = self.training.fanouts
         if fan is not None and len(fan) != self.model.layers:
             raise ValueError(
                 f"training.fanouts has {len(fan)} entries but model.layers is {self.model.layers}: "
                 "give one fanout per layer, input layer first")
         return self
+
+    def _check_strategy_settings(self) -> None:
+        if self.training.mode != "full-graph":
+            raise ValueError(
+                f"strategy {self.strategy!r} runs in training.mode full-graph only (the mini-batch "
+                "feature-fetching baseline is not built); set training.mode: full-graph")
+        # Compared with the defaults, not `model_fields_set`: a dumped config (what pods receive)
+        # sets every field.
+        default = GrappaConfig()
+        grappa_only = [f for f in ("correction", "shrinkage", "rounds")
+                       if getattr(self.grappa, f) != getattr(default, f)]
+        if grappa_only:
+            fields = ", ".join(f"grappa.{f}" for f in grappa_only)
+            raise ValueError(
+                f"{fields} applies to strategy grappa only (strategy {self.strategy!r} keeps fixed "
+                "partitions and needs no correction): remove it or set strategy: grappa")
 
     @property
     def num_chunks(self) -> int:

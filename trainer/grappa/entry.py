@@ -40,6 +40,10 @@ def run_aggregator(cfg: TrainConfig) -> dict:
         rounds, sink = status, status
     else:
         rounds, sink = ScheduleRounds(cfg.grappa.rounds, cfg.grappa.partition_seed), None
+    if cfg.strategy != "grappa":
+        # Rounds are Grappa's; other strategies keep the partitions fixed whatever is scheduled.
+        from .config import RoundsConfig
+        rounds = ScheduleRounds(RoundsConfig(every=0), cfg.grappa.partition_seed)
     link = Link.from_env()
     try:
         agg = Aggregator(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))

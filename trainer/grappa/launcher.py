@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Protocol
 
 from .config import TrainConfig, dump_config
 
@@ -39,9 +39,21 @@ def tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+class Placement(Protocol):
+    master_addr: str
+    env: dict[str, str]
+
+    def prefix(self, rank: int) -> list[str]: ...
+
+
 class LocalJob:
-    def __init__(self, cfg: TrainConfig, progress: bool = True, threads: Optional[int] = None):
+    """`placement` (optional) runs ranks elsewhere than on loopback, e.g. one network namespace
+    each: it maps a rank to a command prefix, and gives the aggregator's address and extra env."""
+
+    def __init__(self, cfg: TrainConfig, progress: bool = True, threads: Optional[int] = None,
+                 placement: Optional["Placement"] = None):
         self.cfg = cfg
+        self.placement = placement
         self.progress = progress
         self.world = cfg.partitions + 1
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.world)
@@ -52,13 +64,18 @@ class LocalJob:
     def spawn(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        base_env = {**os.environ, "GRAPPA_CONFIG": dump_config(self.cfg), "MASTER_ADDR": "127.0.0.1",
+        place = self.placement
+        base_env = {**os.environ, "GRAPPA_CONFIG": dump_config(self.cfg),
+                    "MASTER_ADDR": place.master_addr if place else "127.0.0.1",
                     "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world),
                     "OMP_NUM_THREADS": str(self.threads), "GRAPPA_THREADS": str(self.threads),
-                    "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+                    "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+                    **(place.env if place else {})}
         base_env.pop("GRAPPA_JOB_NAME", None)  # local runs take rounds from the config
         for rank in range(self.world):
             cmd = [sys.executable, "-m", "grappa", "aggregator" if rank == 0 else "worker"]
+            if place:
+                cmd = place.prefix(rank) + cmd
             log = open(self.log_dir / f"rank-{rank}.log", "ab")
             self.procs.append(subprocess.Popen(
                 cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,

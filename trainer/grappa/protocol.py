@@ -6,6 +6,8 @@ nodes, local edges, seconds to build.
 Step (worker -> aggregator), float32: gradient sum | float buffers | weight sum, loss sum, seeds,
 correct. Parameters (aggregator -> worker), float32: parameters | float buffers.
 Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
+Epoch report (worker -> aggregator, after each epoch's steps), float64[5]: this epoch's train bytes
+sent, received, fetch bytes sent, received; peak resident memory in bytes.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
 STEP_SCALARS = 4
 EVAL_STATS_LEN = 9
+EPOCH_REPORT_LEN = 5
 SPLITS = ("train", "val", "test")
 
 

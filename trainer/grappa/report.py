@@ -23,6 +23,8 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
         "seconds_total": sum(h.get("epoch_seconds", 0.0) for h in history),
         "train_bytes_total": sum(h.get("train_bytes", 0) for h in history),
         "eval_bytes_total": sum(h.get("eval_bytes", 0) for h in history),
+        # worker-to-worker rows (strategy full): each byte is counted once, at its sender
+        "fetch_bytes_total": sum(sum(h.get("worker_fetch_bytes", [])) for h in history) // 2,
         "final": evals[-1] if evals else None,
         "history": history,
         **(extra or {}),
@@ -37,7 +39,8 @@ def describe_run(config: dict) -> str:
     try:
         m = config["model"]
         return (f"{config['dataset']['name']} - {m['arch'].upper()} x{m['layers']} - "
-                f"P={config['partitions']} - correction={config['grappa']['correction']}")
+                f"P={config['partitions']} - " + (f"correction={config['grappa']['correction']}"
+                if config.get("strategy", "grappa") == "grappa" else f"strategy {config['strategy']}"))
     except (KeyError, TypeError):
         return "Grappa training"
 

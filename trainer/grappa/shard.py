@@ -18,7 +18,8 @@ from .local_graph import LocalGraph, build_local_graph
 from .models import GNN, build_message_graph
 from .rounds import RoundDecision, base_chunks, variable_chunk
 from .sampling import make_sampler
-from .step import Contribution, contribution
+from .fullcomm import HaloPlan, Peers, build_plan, forward_full
+from .step import Contribution, contribution, contribution_from
 
 log = logging.getLogger("grappa.worker")
 
@@ -39,8 +40,14 @@ def epoch_seed(seed: int, rank: int, epoch: int) -> int:
 
 
 class Shard:
-    def __init__(self, cfg: TrainConfig, rank: int, store: ChunkStore, model: GNN):
+    def __init__(self, cfg: TrainConfig, rank: int, store: ChunkStore, model: GNN,
+                 peers: Optional[Peers] = None):
         self.cfg = cfg
+        self.full = cfg.strategy == "full"
+        if self.full and peers is None:
+            raise ValueError("strategy 'full' needs worker-to-worker peers")
+        self.peers = peers
+        self.plan: Optional[HaloPlan] = None
         self.rank = rank  # 1..P; worker index rank - 1
         self.index = rank - 1
         self.store = store
@@ -50,16 +57,23 @@ class Shard:
 
     def setup_round(self, decision: RoundDecision) -> RoundStats:
         t0 = time.perf_counter()
-        var = variable_chunk(self.index, self.cfg.partitions, self.cfg.num_chunks, decision,
-                             self.cfg.grappa.rounds.pairing)
+        var = None if self.full else variable_chunk(
+            self.index, self.cfg.partitions, self.cfg.num_chunks, decision, self.cfg.grappa.rounds.pairing)
         g = build_local_graph(self.store, self.base, var)
         self.graph = g
-        # Mini-batches gather rows, which CSR cannot do; full-graph feeds the whole matrix.
-        full = self.cfg.training.mode == "full-graph"
-        self.x = self.model.prepare_input(g.x) if full else g.x
         self.mg = build_message_graph(g.edge_index, g.num_nodes, g.deg,
                                       need_gcn=self.model.needs_gcn_weights)
-        self.cov = coverage(g.edge_index, g.complete, self.cfg.model.layers).to(torch.float32)
+        if self.full:
+            # Every neighbour is fetched, so every seed is fully covered.
+            self.cov = torch.ones(g.num_nodes)
+            owner = self.store.chunk_of() % self.cfg.partitions
+            self.plan = build_plan(g, owner, self.index, self.cfg.partitions, self.peers)
+            self.x = g.x[:g.num_owned]  # the halo's rows are fetched every step, not read here
+        else:
+            self.cov = coverage(g.edge_index, g.complete, self.cfg.model.layers).to(torch.float32)
+            # Mini-batches gather rows, which CSR cannot do; full-graph feeds the whole matrix.
+            whole = self.cfg.training.mode == "full-graph"
+            self.x = self.model.prepare_input(g.x) if whole else g.x
         self.seeds = g.seeds
         if self.cfg.training.mode == "mini-batch":
             self.sampler = make_sampler(g.edge_index, g.num_nodes, self.cfg.fanouts)
@@ -75,6 +89,8 @@ class Shard:
         s = epoch_seed(self.cfg.training.seed, self.rank, epoch)
         self.gen = torch.Generator().manual_seed(s)
         torch.manual_seed(s)  # dropout masks
+        if self.full:
+            return [self.seeds]  # even empty: the fetches pair up with the other workers'
         if not self.seeds.numel():
             return []
         if self.cfg.training.mode == "full-graph":
@@ -84,6 +100,10 @@ class Shard:
 
     def contribute(self, batch: Tensor, wbar: float) -> Contribution:
         g, gc = self.graph, self.cfg.grappa
+        if self.full:
+            return contribution_from(
+                self.model, lambda: forward_full(self.model, self.x, self.mg, self.plan, self.peers),
+                batch, self.cov[batch], g.y[batch], "none", 0.0, 1.0)
         if self.cfg.training.mode == "full-graph":
             return contribution(self.model, self.x, self.mg, batch, self.cov[batch], g.y[batch],
                                 gc.correction, gc.shrinkage, wbar)

@@ -24,6 +24,9 @@ from .worker import empty_message, pack_message, steps_per_epoch
 
 class Simulation:
     def __init__(self, cfg: TrainConfig, data=None, store: Optional[ChunkStore] = None):
+        if cfg.strategy != "grappa":
+            raise ValueError(f"the in-process simulation runs strategy grappa only, not {cfg.strategy!r}; "
+                             "use `grappa train` (processes)")
         self.cfg = cfg
         self.store = store or ChunkStore(cfg.store_path)
         man = self.store.manifest

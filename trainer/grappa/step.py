@@ -3,6 +3,7 @@ gradient-fidelity harness call it directly)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -24,9 +25,16 @@ class Contribution:
 
 def contribution(model: GNN, x: Tensor, mg: MessageGraph, seeds_local: Tensor, cov: Tensor,
                  y: Tensor, correction: str, lam: float, wbar: float) -> Contribution:
+    return contribution_from(model, lambda: model(x, mg), seeds_local, cov, y, correction, lam, wbar)
+
+
+def contribution_from(model: GNN, forward: Callable[[], Tensor], seeds_local: Tensor, cov: Tensor,
+                      y: Tensor, correction: str, lam: float, wbar: float) -> Contribution:
+    """`forward()` gives the logits the seeds index into (the full baseline fetches rows inside
+    it, so it must run, and be differentiated, even with no seeds)."""
     model.train()
     model.zero_grad(set_to_none=True)
-    out = model(x, mg)[seeds_local]
+    out = forward()[seeds_local]
     losses = F.cross_entropy(out, y, reduction="none")
     weights = seed_weights(cov, correction, lam, wbar)
     loss, wsum = weighted_loss_sum(losses, weights)

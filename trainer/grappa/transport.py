@@ -3,8 +3,9 @@
 torch.distributed with gloo and `env://` rendezvous. We use send/recv rather than collectives so
 the bytes each rank puts on and takes off the wire are exactly the payloads we count: a gloo
 broadcast may relay through other ranks, which would make per-rank accounting a guess.
-Counters are split by kind: "train" (gradients and parameters), "eval" (layer-wise evaluation),
-"control" (round set-up, commands, the initial parameters).
+Counters are split by kind: "train" (gradients and parameters), "fetch" (remote features and
+activations, worker to worker, `strategy: full` only), "eval" (layer-wise evaluation), "control"
+(round set-up, commands, the initial parameters, per-epoch worker reports).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-KINDS = ("train", "eval", "control")
+KINDS = ("train", "fetch", "eval", "control")
 _HEADER = 9  # ndim, dtype code, up to 7 dims
 
 
@@ -84,6 +85,16 @@ class Link:
         for buf, _ in items:
             self.bytes.received[kind] += nbytes(buf)
         return [buf for buf, _ in items]
+
+    def exchange(self, sends: dict[int, Tensor], recvs: dict[int, Tensor], kind: str) -> None:
+        """Send to and receive from several peers at once (worker <-> worker halo rows)."""
+        payloads = [(t.contiguous(), dst) for dst, t in sends.items()]
+        works = [dist.isend(t, dst) for t, dst in payloads]
+        works += [dist.irecv(buf, src) for src, buf in recvs.items()]
+        for w in works:
+            w.wait()
+        self.bytes.sent[kind] += sum(nbytes(t) for t, _ in payloads)
+        self.bytes.received[kind] += sum(nbytes(b) for b in recvs.values())
 
     # Variable-size messages carry a small header (counted too) describing shape and dtype.
     def send_var(self, t: Tensor, dst: int, kind: str) -> None:

@@ -7,6 +7,7 @@ over its base chunks with all in-edges, exchanging boundary rows through the agg
 from __future__ import annotations
 
 import math
+import resource
 import time
 from typing import Optional
 
@@ -17,6 +18,7 @@ from torch import Tensor
 from . import protocol as proto
 from .chunks import ChunkStore
 from .config import TrainConfig
+from .fullcomm import LinkPeers
 from .local_graph import build_local_graph
 from .models import GNN, build_message_graph
 from .params import flat_state, load_flat_state, num_buffer_values, num_params
@@ -35,7 +37,8 @@ class Worker:
         self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
-        self.shard = Shard(cfg, link.rank, self.store, self.model)
+        peers = LinkPeers(link) if cfg.strategy == "full" else None
+        self.shard = Shard(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
 
     # -- set-up ------------------------------------------------------------------------------
@@ -107,6 +110,14 @@ class Worker:
                 stats += [0.0, 0.0, 0.0]
         self.link.send(torch.tensor(stats, dtype=torch.float64), 0, "eval")
 
+    def send_epoch_report(self, before: dict) -> None:
+        """Per-worker bytes and memory, which the aggregator cannot see (worker-to-worker fetches)."""
+        now = self.link.bytes.snapshot()
+        delta = [now[d].get(k, 0) - before[d].get(k, 0)
+                 for k in ("train", "fetch") for d in ("sent", "received")]
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        self.link.send(torch.tensor(delta + [peak], dtype=torch.float64), 0, "control")
+
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> None:
         self.send_eval_layout()
@@ -119,7 +130,9 @@ class Worker:
             if cmd == proto.CMD_ROUND:
                 self.setup_round(RoundDecision(int(rnd), int(seed), int(epoch)))
             elif cmd == proto.CMD_EPOCH:
+                before = self.link.bytes.snapshot()
                 self.run_epoch(int(epoch), int(steps), float(wbar))
+                self.send_epoch_report(before)
                 if do_eval:
                     self.evaluate()
                 if self.metrics is not None:

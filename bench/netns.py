@@ -1,0 +1,107 @@
+"""A throttled network on one machine: one network namespace per rank, joined through a bridge.
+
+Each rank's namespace holds one veth end renamed `eth0` with a link-local address
+(169.254.77.<rank + 1>/24); the other end sits on a bridge in the root namespace, which has no
+address. No route or NAT leads out, so traffic stays between the test's own namespaces. Rates are
+shaped with `tbf` on both ends of every veth (a qdisc shapes egress only). `netem` is missing on
+these machines, so links add no latency: rate only. gloo must bind to eth0 (`GLOO_SOCKET_IFNAME`),
+or it picks the hostname's 127.0.0.1 and fails to connect across namespaces.
+
+    with ThrottledNetwork(ranks=5, rate="1gbit") as net:
+        LocalJob(cfg, placement=net).run()
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Optional
+
+SUBNET = "169.254.77"
+PRESETS = {"10gbit": "10gbit", "1gbit": "1gbit", "100mbit": "100mbit", "unshaped": None}
+_RATE = re.compile(r"^(\d+)(gbit|mbit|kbit)$")
+
+
+class NetnsUnavailable(RuntimeError):
+    """Namespaces, veths, bridges or tc cannot be used here (not root, no CAP_NET_ADMIN, ...)."""
+
+
+def rate_bytes_per_s(rate: str) -> float:
+    m = _RATE.match(rate)
+    if not m:
+        raise ValueError(f"rate {rate!r}: expected e.g. 10gbit, 1gbit or 100mbit")
+    return int(m.group(1)) * {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}[m.group(2)] / 8
+
+
+class ThrottledNetwork:
+    def __init__(self, ranks: int, rate: Optional[str], tag: Optional[str] = None):
+        if ranks > 250:
+            raise ValueError("at most 250 ranks fit the /24")
+        self.ranks = ranks
+        self.rate = rate
+        self.tag = tag or f"gr{os.getpid() % 100000}"
+        self.bridge = f"{self.tag}br"
+        self.master_addr = self.address(0)
+        self.env = {"GLOO_SOCKET_IFNAME": "eth0"}
+        self._made: list[list[str]] = []  # undo commands, run in reverse
+
+    def namespace(self, rank: int) -> str:
+        return f"{self.tag}-r{rank}"
+
+    def address(self, rank: int) -> str:
+        return f"{SUBNET}.{rank + 1}"
+
+    def prefix(self, rank: int) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(rank)]
+
+    def _ip(self, *args: str, undo: Optional[list[str]] = None) -> None:
+        done = subprocess.run(list(args), capture_output=True, text=True)
+        if done.returncode:
+            raise NetnsUnavailable(f"`{' '.join(args)}` failed: {done.stderr.strip()}")
+        if undo:
+            self._made.append(undo)
+
+    def _shape(self, *dev: str) -> None:
+        if self.rate is None:
+            return
+        # tbf needs a bucket of at least rate / HZ; 4 ms of traffic covers HZ >= 250.
+        burst = max(64 * 1024, int(rate_bytes_per_s(self.rate) / 250))
+        self._ip(*dev[:-1], "tc", "qdisc", "add", "dev", dev[-1], "root", "tbf", "rate", self.rate,
+                 "burst", str(burst), "latency", "100ms")
+
+    def __enter__(self) -> "ThrottledNetwork":
+        try:
+            self._ip("ip", "link", "add", self.bridge, "type", "bridge",
+                     undo=["ip", "link", "del", self.bridge])
+            self._ip("ip", "link", "set", self.bridge, "up")
+            for r in range(self.ranks):
+                ns, host, peer = self.namespace(r), f"{self.tag}h{r}", f"{self.tag}n{r}"
+                self._ip("ip", "netns", "add", ns, undo=["ip", "netns", "del", ns])
+                self._ip("ip", "link", "add", host, "type", "veth", "peer", "name", peer,
+                         undo=["ip", "link", "del", host])
+                self._ip("ip", "link", "set", peer, "netns", ns)
+                self._ip("ip", "-n", ns, "link", "set", peer, "name", "eth0")
+                self._ip("ip", "-n", ns, "addr", "add", f"{self.address(r)}/24", "dev", "eth0")
+                self._ip("ip", "-n", ns, "link", "set", "eth0", "up")
+                self._ip("ip", "-n", ns, "link", "set", "lo", "up")
+                self._ip("ip", "link", "set", host, "master", self.bridge)
+                self._ip("ip", "link", "set", host, "up")
+                self._shape(host)  # into the namespace
+                self._shape("ip", "netns", "exec", ns, "eth0")  # out of it
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        while self._made:
+            subprocess.run(self._made.pop(), capture_output=True)
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def leftovers(tag_prefix: str = "gr") -> list[str]:
+    """Namespaces a crashed run may have left behind (`ip netns del` them)."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(tag_prefix)]

@@ -1,0 +1,188 @@
+"""Grappa vs the full-communication baseline vs single-process, on throttled links.
+
+Every run is a real `grappa train` job (aggregator + P worker processes), each rank in its own
+network namespace with tbf-shaped links (bench/netns.py); without namespaces it falls back to
+loopback and says so. Results accumulate in docs/results/network-runs.json (delete entries to
+re-measure); `--render-only` rewrites docs/results/benchmarks.md and its plots from them.
+
+    python bench/network.py --datasets coauthor-physics --partitions 4 --layers 2,3 --presets 1gbit
+    python bench/network.py --smoke      # seconds: a tiny graph, both strategies, checks the bytes
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
+# the job's processes run `python -m grappa` and must find it too
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), os.environ.get("PYTHONPATH")]))
+
+from grappa.config import TrainConfig  # noqa: E402
+from grappa.launcher import LocalJob  # noqa: E402
+from grappa.prepare import prepare_store  # noqa: E402
+from netns import PRESETS, NetnsUnavailable, ThrottledNetwork  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results"
+DATASETS = {
+    "coauthor-physics": {"name": "coauthor-physics"},
+    # 2^17 nodes, 2^21 = 2.1M edges
+    "rmat": {"name": "rmat", "synthetic": {"scale": 17, "numFeatures": 64}},
+    "tiny": {"name": "csbm", "synthetic": {"numNodes": 600, "numFeatures": 16}},
+}
+
+
+def job_config(dataset: str, strategy: str, partitions: int, layers: int, epochs: int,
+               work: Path) -> TrainConfig:
+    return TrainConfig.model_validate({
+        "strategy": strategy, "partitions": partitions, "dataset": DATASETS[dataset],
+        "model": {"arch": "gcn", "layers": layers, "hidden": 128, "dropout": 0.5},
+        "training": {"epochs": epochs, "evalEvery": epochs},
+        "checkpoint": {"interval": 0},
+        "runDir": str(work / f"run-{strategy}"), "storeDir": str(work / f"store-{dataset}-{partitions}"),
+    })
+
+
+def floor_bytes(n_params: int, n_buf: int) -> int:
+    """Gradient-only traffic per worker per step: parameters (+ float buffers) up and down, plus
+    the four float32 scalars (weight sum, loss sum, seeds, correct) going up."""
+    return 8 * (n_params + n_buf) + 16
+
+
+def summarise(report: dict, warmup: int = 1) -> dict:
+    """Per-epoch figures from one run; the first epoch pays process warm-up and is dropped."""
+    hist = report["history"]
+    steady = hist[warmup:] or hist
+    last = hist[-1]
+    per_worker = [t + f for t, f in zip(last["worker_train_bytes"], last["worker_fetch_bytes"])]
+    return {
+        "epoch_seconds": statistics.median(h["train_seconds"] for h in steady),
+        "reducer_share": sum(h["reducer_seconds"] for h in steady) / sum(h["train_seconds"] for h in steady),
+        "bytes_per_worker_epoch": max(per_worker),
+        "train_bytes_per_worker_epoch": max(last["worker_train_bytes"]),
+        "fetch_bytes_per_worker_epoch": max(last["worker_fetch_bytes"]),
+        "peak_rss_bytes": max(max(h["worker_peak_rss_bytes"]) for h in hist),
+        "parameters": report["parameters"],
+        "test_acc": report["result"]["test_acc"],
+        "epochs": len(hist),
+    }
+
+
+def run_job(cfg: TrainConfig, net: Optional[ThrottledNetwork]) -> dict:
+    prepare_store(cfg, progress=False)
+    report = LocalJob(cfg, progress=False, threads=1, placement=net).run()
+    return summarise(report)
+
+
+def run_single(dataset: str, layers: int, epochs: int, work: Path) -> dict:
+    from grappa.data import load_dataset
+    from grappa.single import train_single
+    cfg = job_config(dataset, "grappa", 1, layers, epochs, work)
+    _, hist = train_single(cfg, load_dataset(cfg.dataset))
+    return {"epoch_seconds": statistics.median(h["epoch_seconds"] for h in hist[1:] or hist),
+            "epochs": len(hist)}
+
+
+def network(ranks: int, preset: str) -> Optional[ThrottledNetwork]:
+    try:
+        return ThrottledNetwork(ranks, PRESETS[preset]).__enter__()
+    except (NetnsUnavailable, FileNotFoundError) as err:
+        print(f"network namespaces unavailable ({err}); running on unshaped loopback instead",
+              file=sys.stderr)
+        return None
+
+
+def smoke(work: Path) -> dict:
+    """Both strategies on a tiny graph, P = 2, 2 epochs; returns the byte figures it checked."""
+    out = {}
+    net = network(3, "100mbit")
+    try:
+        for strategy in ("grappa", "full"):
+            cfg = job_config("tiny", strategy, 2, 2, 2, work)
+            out[strategy] = run_job(cfg, net)
+    finally:
+        if net is not None:
+            net.close()
+    out["shaped"] = net is not None
+    out["tag"] = net.tag if net is not None else None
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", default="coauthor-physics,rmat")
+    ap.add_argument("--partitions", default="2,4,8")
+    ap.add_argument("--layers", default="2,3,4")
+    ap.add_argument("--presets", default="10gbit,1gbit,100mbit")
+    ap.add_argument("--strategies", default="grappa,full,single")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--render-only", action="store_true")
+    args = ap.parse_args()
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(smoke(Path(tmp)), indent=1))
+        return
+    out = Path(args.out)
+    runs_path = out / "network-runs.json"
+    runs = json.loads(runs_path.read_text()) if runs_path.exists() else {}
+    if not args.render_only:
+        measure(args, runs, runs_path)
+    from render_network import render
+    render(runs, out)
+
+
+def measure(args, runs: dict, runs_path: Path) -> None:
+    strategies = args.strategies.split(",")
+    for dataset in args.datasets.split(","):
+        for layers in map(int, args.layers.split(",")):
+            for rep in range(args.repeats):
+                key = f"{dataset}|1|{layers}|single|none|{rep}"
+                if "single" in strategies and key not in runs:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        runs[key] = run_single(dataset, layers, args.epochs, Path(tmp))
+                    save(runs, runs_path, key)
+        for p in map(int, args.partitions.split(",")):
+            for preset in args.presets.split(","):
+                todo = [(layers, s, rep) for layers in map(int, args.layers.split(","))
+                        for rep in range(args.repeats) for s in strategies if s != "single"
+                        if f"{dataset}|{p}|{layers}|{s}|{preset}|{rep}" not in runs]
+                if not todo:
+                    continue
+                net = network(p + 1, preset)
+                try:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        for layers, strategy, rep in todo:
+                            key = f"{dataset}|{p}|{layers}|{strategy}|{preset}|{rep}"
+                            cfg = job_config(dataset, strategy, p, layers, args.epochs, Path(tmp))
+                            t0 = time.perf_counter()
+                            runs[key] = {**run_job(cfg, net), "wall_seconds": time.perf_counter() - t0,
+                                         "shaped": net is not None}
+                            save(runs, runs_path, key)
+                finally:
+                    if net is not None:
+                        net.close()
+
+
+def save(runs: dict, path: Path, key: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(runs, indent=1, sort_keys=True))
+    print(key, json.dumps(runs[key]), flush=True)
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+if __name__ == "__main__":
+    main()
