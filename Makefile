@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit test-e2e lint crd bench-accuracy clean-data
+.PHONY: venv demo test test-unit test-e2e lint crd bench-accuracy bench-network clean-data
 
 venv: $(VENV)/.ready
 
@@ -32,6 +32,11 @@ test-unit: venv
 
 crd: venv
 	$(PY) -m grappa_operator.crdgen --write
+
+bench-network: venv
+	$(PY) bench/network.py --datasets rmat,coauthor-physics --epochs 4 --repeats 1
+	$(PY) bench/network.py --experiment scaling --partitions 8 --layers 3 --presets 1gbit --epochs 3 --strategies grappa,full
+	$(PY) bench/network.py --experiment accuracy --datasets coauthor-physics --partitions 4 --presets 1gbit --epochs 20 --strategies grappa,full
 
 bench-accuracy: venv
 	$(PY) bench/accuracy.py --epochs 100

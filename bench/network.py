@@ -40,12 +40,18 @@ DATASETS = {
 }
 
 
+def dataset_spec(dataset: str) -> dict:
+    if dataset.startswith("rmat-"):  # rmat-<scale>: 2^scale nodes, 2^(scale+4) edges
+        return {"name": "rmat", "synthetic": {"scale": int(dataset.split("-")[1]), "numFeatures": 64}}
+    return DATASETS[dataset]
+
+
 def job_config(dataset: str, strategy: str, partitions: int, layers: int, epochs: int,
-               work: Path) -> TrainConfig:
+               work: Path, eval_every: int = 0) -> TrainConfig:
     return TrainConfig.model_validate({
-        "strategy": strategy, "partitions": partitions, "dataset": DATASETS[dataset],
+        "strategy": strategy, "partitions": partitions, "dataset": dataset_spec(dataset),
         "model": {"arch": "gcn", "layers": layers, "hidden": 128, "dropout": 0.5},
-        "training": {"epochs": epochs, "evalEvery": epochs},
+        "training": {"epochs": epochs, "evalEvery": eval_every or epochs},
         "checkpoint": {"interval": 0},
         "runDir": str(work / f"run-{strategy}"), "storeDir": str(work / f"store-{dataset}-{partitions}"),
     })
@@ -76,10 +82,20 @@ def summarise(report: dict, warmup: int = 1) -> dict:
     }
 
 
-def run_job(cfg: TrainConfig, net: Optional[ThrottledNetwork]) -> dict:
+def curve(report: dict) -> dict:
+    """Accuracy against cumulative training time (evaluation time excluded), per epoch."""
+    t, cum = 0.0, []
+    for h in report["history"]:
+        t += h["train_seconds"]
+        cum.append(t)
+    return {"cum_seconds": cum, "val_acc_curve": [h.get("val_acc") for h in report["history"]],
+            "test_acc_curve": [h.get("test_acc") for h in report["history"]]}
+
+
+def run_job(cfg: TrainConfig, net: Optional[ThrottledNetwork], with_curve: bool = False) -> dict:
     prepare_store(cfg, progress=False)
     report = LocalJob(cfg, progress=False, threads=1, placement=net).run()
-    return summarise(report)
+    return {**summarise(report), **(curve(report) if with_curve else {})}
 
 
 def run_single(dataset: str, layers: int, epochs: int, work: Path) -> dict:
@@ -126,6 +142,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--experiment", choices=["grid", "scaling", "accuracy"], default="grid",
+                    help="grid: bytes and epoch time; scaling: RMAT --scales at P = --partitions; "
+                         "accuracy: per-epoch accuracy and time for --epochs on --datasets")
+    ap.add_argument("--scales", default="18,19,20,21,22")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
@@ -137,41 +157,79 @@ def main() -> None:
     runs_path = out / "network-runs.json"
     runs = json.loads(runs_path.read_text()) if runs_path.exists() else {}
     if not args.render_only:
-        measure(args, runs, runs_path)
+        {"grid": measure, "scaling": measure_scaling, "accuracy": measure_accuracy}[args.experiment](
+            args, runs, runs_path)
     from render_network import render
-    render(runs, out)
+    notes = ROOT / "bench" / "network-notes.md"
+    print("wrote", render(runs, out, notes.read_text() if notes.exists() else ""))
 
 
 def measure(args, runs: dict, runs_path: Path) -> None:
     strategies = args.strategies.split(",")
     for dataset in args.datasets.split(","):
-        for layers in map(int, args.layers.split(",")):
-            for rep in range(args.repeats):
-                key = f"{dataset}|1|{layers}|single|none|{rep}"
-                if "single" in strategies and key not in runs:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        runs[key] = run_single(dataset, layers, args.epochs, Path(tmp))
+        with tempfile.TemporaryDirectory() as tmp:  # chunk stores, reused across presets
+            measure_dataset(args, dataset, strategies, runs, runs_path, Path(tmp))
+
+
+def measure_dataset(args, dataset: str, strategies: list[str], runs: dict, runs_path: Path,
+                    tmp: Path) -> None:
+    for layers in map(int, args.layers.split(",")):
+        for rep in range(args.repeats):
+            key = f"{dataset}|1|{layers}|single|none|{rep}"
+            if "single" in strategies and key not in runs:
+                runs[key] = run_single(dataset, layers, args.epochs, tmp)
+                save(runs, runs_path, key)
+    for p in map(int, args.partitions.split(",")):
+        for preset in args.presets.split(","):
+            todo = [(layers, s, rep) for layers in map(int, args.layers.split(","))
+                    for rep in range(args.repeats) for s in strategies if s != "single"
+                    if f"{dataset}|{p}|{layers}|{s}|{preset}|{rep}" not in runs]
+            if not todo:
+                continue
+            net = network(p + 1, preset)
+            try:
+                for layers, strategy, rep in todo:
+                    key = f"{dataset}|{p}|{layers}|{strategy}|{preset}|{rep}"
+                    cfg = job_config(dataset, strategy, p, layers, args.epochs, tmp)
+                    t0 = time.perf_counter()
+                    runs[key] = {**run_job(cfg, net), "wall_seconds": time.perf_counter() - t0,
+                                 "shaped": net is not None}
                     save(runs, runs_path, key)
-        for p in map(int, args.partitions.split(",")):
-            for preset in args.presets.split(","):
-                todo = [(layers, s, rep) for layers in map(int, args.layers.split(","))
-                        for rep in range(args.repeats) for s in strategies if s != "single"
-                        if f"{dataset}|{p}|{layers}|{s}|{preset}|{rep}" not in runs]
-                if not todo:
-                    continue
-                net = network(p + 1, preset)
-                try:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        for layers, strategy, rep in todo:
-                            key = f"{dataset}|{p}|{layers}|{strategy}|{preset}|{rep}"
-                            cfg = job_config(dataset, strategy, p, layers, args.epochs, Path(tmp))
-                            t0 = time.perf_counter()
-                            runs[key] = {**run_job(cfg, net), "wall_seconds": time.perf_counter() - t0,
-                                         "shaped": net is not None}
-                            save(runs, runs_path, key)
-                finally:
-                    if net is not None:
-                        net.close()
+            finally:
+                if net is not None:
+                    net.close()
+
+
+def measure_series(args, runs: dict, runs_path: Path, experiment: str, datasets: list[str],
+                   with_curve: bool) -> None:
+    p, preset = int(args.partitions), args.presets.split(",")[0]
+    for dataset in datasets:
+        with tempfile.TemporaryDirectory() as tmp:
+            net = network(p + 1, preset)
+            try:
+                for layers in map(int, args.layers.split(",")):
+                    for strategy in args.strategies.split(","):
+                        key = f"{experiment}|{dataset}|{p}|{layers}|{strategy}|{preset}|0"
+                        if strategy == "single" or key in runs:
+                            continue
+                        cfg = job_config(dataset, strategy, p, layers, args.epochs, Path(tmp),
+                                         eval_every=1 if with_curve else 0)
+                        try:
+                            runs[key] = run_job(cfg, net, with_curve)
+                        except Exception as err:  # noqa: BLE001 - e.g. out of memory: record, go on
+                            runs[key] = {"error": str(err).splitlines()[0]}
+                        save(runs, runs_path, key)
+            finally:
+                if net is not None:
+                    net.close()
+
+
+def measure_scaling(args, runs: dict, runs_path: Path) -> None:
+    measure_series(args, runs, runs_path, "scaling", [f"rmat-{s}" for s in args.scales.split(",")], False)
+
+
+def measure_accuracy(args, runs: dict, runs_path: Path) -> None:
+    measure_series(args, runs, runs_path, "accuracy", args.datasets.split(","), True)
 
 
 def save(runs: dict, path: Path, key: str) -> None:

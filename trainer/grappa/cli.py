@@ -35,7 +35,7 @@ FLAGS = {
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML or JSON file with a TrainConfig (see docs/trainer.md)")
+    p.add_argument("--config", help="YAML or JSON file with a TrainConfig (fields: trainer/grappa/config.py)")
     for name, (field, typ) in FLAGS.items():
         flag = "--" + name.replace("_", "-")
         if typ is None:

@@ -14,4 +14,4 @@ class GCNLayer(nn.Module):
         self.conv = GCNConv(in_dim, out_dim, add_self_loops=False, normalize=False)
 
     def forward(self, h: Tensor, g: MessageGraph) -> Tensor:
-        return self.conv(h, g.gcn_edge_index, g.gcn_weight)
+        return self.conv(h, g.gcn_adj)
