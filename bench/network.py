@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -149,6 +150,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
+    # SIGTERM must unwind through the `finally`s that delete the namespaces, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(smoke(Path(tmp)), indent=1))

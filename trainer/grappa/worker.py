@@ -7,7 +7,6 @@ over its base chunks with all in-edges, exchanging boundary rows through the agg
 from __future__ import annotations
 
 import math
-import resource
 import time
 from typing import Optional
 
@@ -115,8 +114,7 @@ class Worker:
         now = self.link.bytes.snapshot()
         delta = [now[d].get(k, 0) - before[d].get(k, 0)
                  for k in ("train", "fetch") for d in ("sent", "received")]
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-        self.link.send(torch.tensor(delta + [peak], dtype=torch.float64), 0, "control")
+        self.link.send(torch.tensor(delta + [peak_rss_bytes()], dtype=torch.float64), 0, "control")
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -138,6 +136,19 @@ class Worker:
                 if self.metrics is not None:
                     self.metrics.epoch.set(int(epoch) + 1)
                     self.metrics.observe_bytes(self.link.bytes)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory. Not getrusage's ru_maxrss: that survives exec and so
+    reports the launcher's peak when it is larger (a forked child starts with its parent's mm)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def pack_message(c: Contribution, model: GNN, n_params: int) -> Tensor:
