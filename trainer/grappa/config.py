@@ -118,6 +118,30 @@ class GrappaConfig(Section):
     rounds: RoundsConfig = Field(default_factory=RoundsConfig)
 
 
+class VarcoConfig(Section):
+    """Compression of the exchanged activations for strategy varco (trainer/grappa/varco.py)."""
+
+    compressor: Literal["truncate", "random", "lowrank"] = Field(
+        "truncate", description="Columns kept: the first k, a seeded random k, or a rank-k projection.")
+    schedule: Literal["linear", "fixed"] = Field(
+        "linear", description="linear: r_t = max(rMax - slope t (rMax - rMin) / (T - 2), rMin); "
+        "fixed: fixedRatio at every step.")
+    r_max: float = Field(128.0, ge=1, description="Compression rate at the first step.")
+    r_min: float = Field(1.0, ge=1, description="Final rate; 1 sends everything (exact).")
+    slope: float = Field(5.0, gt=0, description="s: rMin is reached after (T - 2) / s steps.")
+    total_steps: Optional[int] = Field(
+        None, ge=1, description="T (default: the run's total number of steps).")
+    fixed_ratio: float = Field(4.0, ge=1, description="Rate of the fixed schedule.")
+    compress_input: bool = Field(
+        False, description="Also compress the input features (default: hidden activations only).")
+
+    @model_validator(mode="after")
+    def _rates_ordered(self) -> "VarcoConfig":
+        if self.r_min > self.r_max:
+            raise ValueError(f"varco.rMin ({self.r_min}) must be <= varco.rMax ({self.r_max})")
+        return self
+
+
 class CheckpointConfig(Section):
     interval: int = Field(10, ge=0, description="Checkpoint every k epochs; 0 disables.")
 
@@ -125,14 +149,16 @@ class CheckpointConfig(Section):
 class TrainConfig(Section):
     """A whole Grappa job as the trainer sees it."""
 
-    strategy: Literal["grappa", "full"] = Field(
+    strategy: Literal["grappa", "full", "varco"] = Field(
         "grappa", description="grappa: isolated partitions, gradients only. full: the feature-fetching "
-        "baseline (remote features and activations every step, fixed partitions, full-graph mode).")
+        "baseline (remote features and activations every step, fixed partitions, full-graph mode). "
+        "varco: full with compressed activations at a falling rate (see varco).")
     partitions: int = Field(4, ge=1, le=1024, description="Number of workers P.")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     grappa: GrappaConfig = Field(default_factory=GrappaConfig)
+    varco: VarcoConfig = Field(default_factory=VarcoConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     run_dir: str = Field("runs/latest", description="Where reports, metrics and checkpoints go.")
     store_dir: Optional[str] = Field(
@@ -149,6 +175,9 @@ class TrainConfig(Section):
                 "every worker needs its own base chunk")
         if self.strategy != "grappa":
             self._check_strategy_settings()
+        if self.strategy != "varco" and self.varco != VarcoConfig():
+            raise ValueError(f"varco settings apply to strategy varco only (strategy is {self.strategy!r}): "
+                             "remove them or set strategy: varco")
         fan = self.training.fanouts
         if fan is not None and len(fan) != self.model.layers:
             raise ValueError(
@@ -171,6 +200,11 @@ class TrainConfig(Section):
             raise ValueError(
                 f"{fields} applies to strategy grappa only (strategy {self.strategy!r} keeps fixed "
                 "partitions and needs no correction): remove it or set strategy: grappa")
+
+    @property
+    def fetches(self) -> bool:
+        """Strategies that exchange halo rows between workers every step."""
+        return self.strategy in ("full", "varco")
 
     @property
     def num_chunks(self) -> int:

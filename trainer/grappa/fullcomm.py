@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Optional, Protocol
 
 import torch
 from torch import Tensor
@@ -110,33 +110,82 @@ def fetch_rows(h_own: Tensor, plan: HaloPlan, peers: Peers) -> Tensor:
     return out
 
 
+def _count(log: Optional[dict], key: tuple, tensors) -> None:
+    if log is not None:
+        log[key] = log.get(key, 0) + sum(t.numel() * t.element_size() for t in tensors)
+
+
 class _HaloExchange(torch.autograd.Function):
     """Forward: fetch halo activations. Backward: return their gradients to the owners, who add
-    them to the gradients of the rows they sent."""
+    them to the gradients of the rows they sent. With a codec (VARCO) both directions travel
+    compressed; the owner also sends the codec's side matrix (low-rank basis) when it has one."""
 
     @staticmethod
-    def forward(ctx, h_own: Tensor, plan: HaloPlan, peers: Peers) -> Tensor:
-        ctx.plan, ctx.peers = plan, peers
-        return fetch_rows(h_own.detach(), plan, peers)
+    def forward(ctx, h_own: Tensor, plan: HaloPlan, peers: Peers, codec, layer: int,
+                log: Optional[dict]) -> Tensor:
+        ctx.plan, ctx.peers, ctx.codec, ctx.layer, ctx.log = plan, peers, codec, layer, log
+        h_own = h_own.detach()
+        if codec is None:
+            out = fetch_rows(h_own, plan, peers)
+            _count(log, (layer, "forward"), [h_own[r] for r in plan.send_rows.values()])
+            return out
+        d, side = h_own.shape[1], codec.side_shape()
+        extra = side[0] if side else 0
+        sends, ctx.my_sides = {}, {}
+        for q, rows in plan.send_rows.items():
+            wire, s = codec.encode(h_own[rows])
+            ctx.my_sides[q] = s
+            sends[q] = torch.cat([wire, s]) if side else wire
+        recvs = {q: h_own.new_empty(rows.numel() + extra, codec.k) for q, rows in plan.recv_rows.items()}
+        peers.exchange(sends, recvs, "fetch")
+        _count(log, (layer, "forward"), sends.values())
+        out = h_own.new_zeros(plan.num_nodes, d)
+        out[:plan.num_owned] = h_own
+        ctx.their_sides = {}
+        for q, rows in plan.recv_rows.items():
+            buf = recvs[q]
+            s = buf[rows.numel():] if side else None
+            ctx.their_sides[q] = s
+            out[rows] = codec.decode(buf[:rows.numel()], s)
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        plan, peers = ctx.plan, ctx.peers
+        plan, peers, codec = ctx.plan, ctx.peers, ctx.codec
         grad_own = grad[:plan.num_owned].clone()
-        recvs = {q: grad.new_empty(rows.numel(), grad.shape[1]) for q, rows in plan.send_rows.items()}
-        peers.exchange({q: grad[rows].contiguous() for q, rows in plan.recv_rows.items()}, recvs, "fetch")
+        width = grad.shape[1] if codec is None else codec.k
+        recvs = {q: grad.new_empty(rows.numel(), width) for q, rows in plan.send_rows.items()}
+        if codec is None:
+            sends = {q: grad[rows].contiguous() for q, rows in plan.recv_rows.items()}
+        else:
+            sends = {q: codec.encode_grad(grad[rows], ctx.their_sides[q]) for q, rows in plan.recv_rows.items()}
+        peers.exchange(sends, recvs, "fetch")
+        _count(ctx.log, (ctx.layer, "backward"), sends.values())
         for q, rows in plan.send_rows.items():
-            grad_own.index_add_(0, rows, recvs[q])
-        return grad_own, None, None
+            g = recvs[q] if codec is None else codec.decode_grad(recvs[q], ctx.my_sides[q])
+            grad_own.index_add_(0, rows, g)
+        return grad_own, None, None, None, None, None
 
 
-def forward_full(model: GNN, x_own: Tensor, mg: MessageGraph, plan: HaloPlan, peers: Peers) -> Tensor:
+def forward_full(model: GNN, x_own: Tensor, mg: MessageGraph, plan: HaloPlan, peers: Peers,
+                 codec_for: Optional[Callable[[int, int], object]] = None,
+                 log: Optional[dict] = None) -> Tensor:
     """Logits of the owned nodes with every remote neighbour's features and activations fetched.
-    Every worker must call this in lockstep (the exchanges pair up layer by layer)."""
-    h = model.prepare_input(fetch_rows(x_own, plan, peers))
+    Every worker must call this in lockstep (the exchanges pair up layer by layer).
+
+    `codec_for(layer, width)` (VARCO) compresses the activations exchanged after `layer`; `log`
+    accumulates the bytes this worker sends per (layer, direction), layer -1 being the input."""
+    input_codec = codec_for(-1, x_own.shape[1]) if codec_for else None
+    if input_codec is None:
+        x = fetch_rows(x_own, plan, peers)
+        _count(log, (-1, "forward"), [x_own[r] for r in plan.send_rows.values()])
+    else:  # features need no gradient, so only the forward half runs
+        x = _HaloExchange.apply(x_own, plan, peers, input_codec, -1, log)
+    h = model.prepare_input(x)
     last = len(model.layers) - 1
     for i in range(last + 1):
         out = model.layer(i, h, mg)[:plan.num_owned]
         if i < last:
-            h = _HaloExchange.apply(out, plan, peers)
+            codec = codec_for(i, out.shape[1]) if codec_for else None
+            h = _HaloExchange.apply(out, plan, peers, codec, i, log)
     return out

@@ -18,6 +18,7 @@ from .local_graph import LocalGraph, build_local_graph
 from .models import GNN, build_message_graph
 from .rounds import RoundDecision, base_chunks, variable_chunk
 from .sampling import make_sampler
+from . import varco
 from .fullcomm import HaloPlan, Peers, build_plan, forward_full
 from .step import Contribution, contribution, contribution_from
 
@@ -43,9 +44,11 @@ class Shard:
     def __init__(self, cfg: TrainConfig, rank: int, store: ChunkStore, model: GNN,
                  peers: Optional[Peers] = None):
         self.cfg = cfg
-        self.full = cfg.strategy == "full"
+        self.full = cfg.fetches
         if self.full and peers is None:
-            raise ValueError("strategy 'full' needs worker-to-worker peers")
+            raise ValueError(f"strategy {cfg.strategy!r} needs worker-to-worker peers")
+        self.fetch_log: dict = {}  # bytes sent per (layer, direction), for byte accounting
+        self.step = 0
         self.peers = peers
         self.plan: Optional[HaloPlan] = None
         self.rank = rank  # 1..P; worker index rank - 1
@@ -84,8 +87,24 @@ class Shard:
         return RoundStats(float(cov_seeds.sum()), int(self.seeds.numel()), g.num_nodes, g.num_halo,
                           int(g.edge_index.shape[1]), time.perf_counter() - t0)
 
+    def codec_for(self):
+        """VARCO's codec per (layer, width) at this step; None for plain full communication."""
+        if self.cfg.strategy != "varco":
+            return None
+        v, step = self.cfg.varco, self.step
+        total = v.total_steps or self.cfg.training.epochs
+        r = v.fixed_ratio if v.schedule == "fixed" else varco.rate(step, v.r_max, v.r_min, v.slope, total)
+        seed = self.cfg.training.seed
+
+        def codec(layer: int, width: int):
+            if layer < 0 and not v.compress_input:
+                return None
+            return varco.make_codec(v.compressor, width, r, seed, step, layer)
+        return codec
+
     def start_epoch(self, epoch: int) -> list[Tensor]:
         """Seeds the RNGs for this epoch and returns its batches of seeds."""
+        self.step = epoch  # global step; full-graph runs one step per epoch
         s = epoch_seed(self.cfg.training.seed, self.rank, epoch)
         self.gen = torch.Generator().manual_seed(s)
         torch.manual_seed(s)  # dropout masks
@@ -102,7 +121,8 @@ class Shard:
         g, gc = self.graph, self.cfg.grappa
         if self.full:
             return contribution_from(
-                self.model, lambda: forward_full(self.model, self.x, self.mg, self.plan, self.peers),
+                self.model, lambda: forward_full(self.model, self.x, self.mg, self.plan, self.peers,
+                                                 self.codec_for(), self.fetch_log),
                 batch, self.cov[batch], g.y[batch], "none", 0.0, 1.0)
         if self.cfg.training.mode == "full-graph":
             return contribution(self.model, self.x, self.mg, batch, self.cov[batch], g.y[batch],

@@ -36,7 +36,7 @@ class Worker:
         self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
-        peers = LinkPeers(link) if cfg.strategy == "full" else None
+        peers = LinkPeers(link) if cfg.fetches else None
         self.shard = Shard(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
 
