@@ -16,8 +16,10 @@ from grappa.config import (
     GrappaConfig,
     ModelConfig,
     Section,
+    Strategy,
     TrainConfig,
     TrainingConfig,
+    VarcoConfig,
 )
 
 from . import settings
@@ -118,6 +120,7 @@ class Storage(Section):
 class GrappaJobSpec(Section):
     """What a user writes under `spec:`; the training sections are `grappa.config`'s models."""
 
+    strategy: Strategy = copy.deepcopy(TrainConfig.model_fields["strategy"])  # type: ignore[valid-type]
     partitions: int = copy.deepcopy(TrainConfig.model_fields["partitions"])  # the trainer's bounds
     dataset: DatasetConfig = Field(default_factory=DatasetConfig,
                                    description="Dataset; relative root/path resolve under the storage mount.")
@@ -125,6 +128,8 @@ class GrappaJobSpec(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Training loop.")
     grappa: GrappaConfig = Field(default_factory=GrappaConfig,
                                  description="Reducer correction and repartition rounds.")
+    varco: VarcoConfig = Field(default_factory=VarcoConfig,
+                               description="Activation compression (strategy varco only).")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="Checkpoints (written under runDir on the storage volume).")
     storage: Storage = Field(..., description="Shared volume mounted in every pod.")
@@ -145,11 +150,13 @@ class GrappaJobSpec(Section):
 
     def to_train_config(self, run_dir: str, store_dir: Optional[str] = None) -> TrainConfig:
         return TrainConfig(
+            strategy=self.strategy,
             partitions=self.partitions,
             dataset=self.dataset.model_copy(deep=True),
             model=self.model,
             training=self.training,
             grappa=self.grappa,
+            varco=self.varco,
             checkpoint=self.checkpoint,
             run_dir=run_dir,
             store_dir=store_dir,
@@ -213,6 +220,7 @@ class Rounds(Section):
     pairing_seed: int
     effective_epoch: int = Field(..., description="First epoch the round is meant to apply to.")
     history: list[RoundRecord] = Field(default_factory=list)
+    note: Optional[str] = Field(None, description="Why no rounds are scheduled, when they are not.")
     val_history: list[list[float]] = Field(
         default_factory=list, description="(epoch, valAcc) seen in the current round, for plateau.")
 

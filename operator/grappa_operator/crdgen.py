@@ -143,6 +143,7 @@ def build_crd() -> dict[str, Any]:
                     _column("Loss", ".status.progress.loss", "number", "Training loss of the last epoch."),
                     _column("Val-Acc", ".status.progress.valAcc", "number", "Validation accuracy."),
                     _column("Age", ".metadata.creationTimestamp", "date", "Time since creation."),
+                    _column("Strategy", ".spec.strategy", "string", "Training strategy.", priority=1),
                     _column("Restarts", ".status.restarts", "integer", "Group restarts.", priority=1),
                     _column("Reason", ".status.reason", "string", "Why the job is in this phase.", priority=1),
                 ],

@@ -38,6 +38,10 @@ def decide(spec: GrappaJobSpec, rounds: Optional[dict[str, Any]], progress: Opti
            now: datetime) -> tuple[dict[str, Any], Optional[RoundDecision], Optional[str]]:
     """(new status.rounds, the decision for round t+1 or None, its reason: 'every' | 'plateau')."""
     rs = copy.deepcopy(rounds) if rounds else initial(spec, now)
+    if spec.strategy != "grappa":
+        rs["note"] = (f"repartition rounds apply to strategy grappa only; strategy {spec.strategy} "
+                      "keeps fixed partitions")
+        return rs, None, None
     cfg = spec.grappa.rounds
     if not progress or progress.get("finished"):
         return rs, None, None

@@ -86,7 +86,8 @@ def test_printer_columns(cluster: Cluster, happy: h.JobRun) -> None:
     assert row[1:4] == ["Succeeded", str(prog["epoch"]), str(prog["round"])], out
     assert abs(float(row[4]) - prog["loss"]) < 1e-3 and abs(float(row[5]) - prog["valAcc"]) < 1e-3, out
     wide = cluster.kubectl("get", "gj", happy.name, "-n", happy.namespace, "-o", "wide").stdout
-    assert "RESTARTS" in wide.splitlines()[0], wide
+    assert "RESTARTS" in wide.splitlines()[0] and "STRATEGY" in wide.splitlines()[0], wide
+    assert "grappa" in wide.splitlines()[1].split(), wide
 
 
 def test_deleting_job_collects_children(cluster: Cluster, release: h.Release, happy: h.JobRun) -> None:

@@ -128,7 +128,10 @@ def test_unknown_field_pruned_with_warning(cluster: Cluster, ns: str) -> None:
     ("spec.storage", {"mountPath": "/grappa"}, "InvalidSpec", "claimName or hostPath"),
     ("spec.grappa.chunks", 2, "InvalidSpec", "grappa.chunks"),
     ("spec.dataset.synthetic.numNodes", 3, "TooManyPartitions", "spec.partitions"),
-], ids=["storage-without-source", "chunks-below-partitions", "more-partitions-than-nodes"])
+    # the example is a mini-batch Grappa job with rounds: none of that applies to `full`
+    ("spec.strategy", "full", "InvalidSpec", "strategy 'full'"),
+], ids=["storage-without-source", "chunks-below-partitions", "more-partitions-than-nodes",
+        "grappa-settings-with-full"])
 def test_schema_admits_but_operator_fails_at_once(cluster: Cluster, release: h.Release, ns: str, path: str,
                                                   value: Any, reason: str, text: str) -> None:
     """Rules the OpenAPI schema cannot express: admitted, then Failed by the operator without

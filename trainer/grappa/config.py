@@ -20,6 +20,9 @@ BUILTIN_DATASETS = (
 SYNTHETIC_DATASETS = ("csbm", "rmat")
 DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + ("file",)
 
+STRATEGIES = ("grappa", "full", "varco")
+Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
+
 # Reference fanouts per depth, input layer first (DGL order), from the method doc §5.
 DEFAULT_FANOUTS = {1: [25], 2: [25, 10], 3: [15, 10, 5], 4: [20, 15, 10, 5]}
 
@@ -149,7 +152,7 @@ class CheckpointConfig(Section):
 class TrainConfig(Section):
     """A whole Grappa job as the trainer sees it."""
 
-    strategy: Literal["grappa", "full", "varco"] = Field(
+    strategy: Strategy = Field(  # type: ignore[valid-type]
         "grappa", description="grappa: isolated partitions, gradients only. full: the feature-fetching "
         "baseline (remote features and activations every step, fixed partitions, full-graph mode). "
         "varco: full with compressed activations at a falling rate (see varco).")
