@@ -22,6 +22,7 @@ def strategy_manifest(name: str, strategy: str, **spec: object) -> dict:
 
 @pytest.mark.parametrize("strategy,extra", [
     ("varco", {"varco": {"compressor": "random", "rMax": 8, "totalSteps": 4}}),
+    ("retexo", {}),
 ])
 def test_strategy_job_succeeds(cluster: Cluster, release: h.Release, namespace: str,
                                strategy: str, extra: dict) -> None:

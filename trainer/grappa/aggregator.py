@@ -152,6 +152,9 @@ class Aggregator:
             for r, h in zip(self.workers, rows):
                 full[self.base_ids[r]] = h
             self.link.send_many([(full[self.halo_ids[r]], r) for r in self.workers], "eval")
+        return self.receive_eval_stats()
+
+    def receive_eval_stats(self) -> dict:
         stats = self.link.recv_many(
             [(torch.empty(proto.EVAL_STATS_LEN, dtype=torch.float64), r) for r in self.workers], "eval")
         total = torch.stack(stats).sum(0)

@@ -20,7 +20,7 @@ BUILTIN_DATASETS = (
 SYNTHETIC_DATASETS = ("csbm", "rmat")
 DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + ("file",)
 
-STRATEGIES = ("grappa", "full", "varco")
+STRATEGIES = ("grappa", "full", "varco", "retexo")
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
 
 # Reference fanouts per depth, input layer first (DGL order), from the method doc §5.
@@ -155,7 +155,8 @@ class TrainConfig(Section):
     strategy: Strategy = Field(  # type: ignore[valid-type]
         "grappa", description="grappa: isolated partitions, gradients only. full: the feature-fetching "
         "baseline (remote features and activations every step, fixed partitions, full-graph mode). "
-        "varco: full with compressed activations at a falling rate (see varco).")
+        "varco: full with compressed activations at a falling rate (see varco). retexo: one "
+        "boundary exchange per layer for the whole run, layers trained stage by stage.")
     partitions: int = Field(4, ge=1, le=1024, description="Number of workers P.")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -189,6 +190,9 @@ class TrainConfig(Section):
         return self
 
     def _check_strategy_settings(self) -> None:
+        if self.strategy == "retexo" and self.training.epochs < self.model.layers:
+            raise ValueError(f"strategy retexo trains one stage per layer: training.epochs "
+                             f"({self.training.epochs}) must be >= model.layers ({self.model.layers})")
         if self.training.mode != "full-graph":
             raise ValueError(
                 f"strategy {self.strategy!r} runs in training.mode full-graph only (the mini-batch "

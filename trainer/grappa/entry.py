@@ -46,7 +46,10 @@ def run_aggregator(cfg: TrainConfig) -> dict:
         rounds = ScheduleRounds(RoundsConfig(every=0), cfg.grappa.partition_seed)
     link = Link.from_env()
     try:
-        agg = Aggregator(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))
+        cls = Aggregator
+        if cfg.strategy == "retexo":
+            from .retexo import RetexoAggregator as cls
+        agg = cls(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))
         result = agg.run()
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
                      extra={"parameters": agg.n_params, "workers": cfg.partitions})
@@ -61,7 +64,10 @@ def run_worker(cfg: TrainConfig) -> None:
     link = Link.from_env()
     _setup(f"worker-{link.rank - 1}")
     try:
-        w = Worker(cfg, link)
+        cls = Worker
+        if cfg.strategy == "retexo":
+            from .retexo import RetexoWorker as cls
+        w = cls(cfg, link)
         w.metrics = _metrics(cfg, link.rank)
         w.run()
     finally:

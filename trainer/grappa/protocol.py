@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 CMD_ROUND, CMD_EPOCH, CMD_STOP = 1, 2, 3
+CMD_STAGE, CMD_STAGE_END = 4, 5  # RETEXO: set up stage (round field = stage), end it
 CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
 STEP_SCALARS = 4

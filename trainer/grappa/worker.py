@@ -97,21 +97,14 @@ class Worker:
                 halo = torch.empty(g.num_halo, own.shape[1])
                 self.link.recv(halo, 0, "eval")
                 h = torch.cat([own, halo])
-        logits = out[:g.num_base]
-        y = g.y[:g.num_base]
-        stats = []
-        for mask in (g.train_mask, g.val_mask, g.test_mask):
-            m = mask[:g.num_base]
-            if m.any():
-                stats += [float(F.cross_entropy(logits[m], y[m], reduction="sum")),
-                          float((logits[m].argmax(1) == y[m]).sum()), float(m.sum())]
-            else:
-                stats += [0.0, 0.0, 0.0]
-        self.link.send(torch.tensor(stats, dtype=torch.float64), 0, "eval")
+        self.link.send(split_stats(out[:g.num_base], g.y, (g.train_mask, g.val_mask, g.test_mask)),
+                       0, "eval")
 
-    def send_epoch_report(self, before: dict) -> None:
-        """Per-worker bytes and memory, which the aggregator cannot see (worker-to-worker fetches)."""
-        now = self.link.bytes.snapshot()
+    def send_epoch_report(self) -> None:
+        """Per-worker bytes since the previous report (so set-up exchanges between epochs count
+        too) and peak memory: what the aggregator cannot see (worker-to-worker fetches)."""
+        before = getattr(self, "_reported", {"sent": {}, "received": {}})
+        now = self._reported = self.link.bytes.snapshot()
         delta = [now[d].get(k, 0) - before[d].get(k, 0)
                  for k in ("train", "fetch") for d in ("sent", "received")]
         self.link.send(torch.tensor(delta + [peak_rss_bytes()], dtype=torch.float64), 0, "control")
@@ -128,14 +121,27 @@ class Worker:
             if cmd == proto.CMD_ROUND:
                 self.setup_round(RoundDecision(int(rnd), int(seed), int(epoch)))
             elif cmd == proto.CMD_EPOCH:
-                before = self.link.bytes.snapshot()
                 self.run_epoch(int(epoch), int(steps), float(wbar))
-                self.send_epoch_report(before)
+                self.send_epoch_report()
                 if do_eval:
                     self.evaluate()
                 if self.metrics is not None:
                     self.metrics.epoch.set(int(epoch) + 1)
                     self.metrics.observe_bytes(self.link.bytes)
+
+
+def split_stats(logits: Tensor, y: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
+    """Evaluation stats message (protocol.py): loss sum, correct, count per split, over the rows
+    of `logits` (the first len(logits) nodes of the masks)."""
+    n, stats = logits.shape[0], []
+    for mask in masks:
+        m = mask[:n]
+        if m.any():
+            stats += [float(F.cross_entropy(logits[m], y[:n][m], reduction="sum")),
+                      float((logits[m].argmax(1) == y[:n][m]).sum()), float(m.sum())]
+        else:
+            stats += [0.0, 0.0, 0.0]
+    return torch.tensor(stats, dtype=torch.float64)
 
 
 def peak_rss_bytes() -> int:

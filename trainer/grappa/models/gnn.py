@@ -17,6 +17,18 @@ from .sage import SAGELayer
 from .sparse_input import compact_input
 
 
+def make_layer(cfg: ModelConfig, in_dim: int, out_dim: int, last: bool) -> tuple[nn.Module, int]:
+    """One message-passing layer of `cfg.arch` and its real output width (GAT rounds to heads)."""
+    if cfg.arch == "gcn":
+        return GCNLayer(in_dim, out_dim), out_dim
+    if cfg.arch == "sage":
+        return SAGELayer(in_dim, out_dim), out_dim
+    if cfg.arch == "gat":
+        layer = GATLayer(in_dim, out_dim, cfg.heads, last)
+        return layer, layer.out_dim
+    return GINLayer(in_dim, out_dim, cfg.hidden), out_dim
+
+
 class GNN(nn.Module):
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int):
         super().__init__()
@@ -26,18 +38,8 @@ class GNN(nn.Module):
         dim = in_dim
         for i in range(cfg.layers):
             last = i == cfg.layers - 1
-            out = num_classes if last else cfg.hidden
-            if cfg.arch == "gcn":
-                layer = GCNLayer(dim, out)
-            elif cfg.arch == "sage":
-                layer = SAGELayer(dim, out)
-            elif cfg.arch == "gat":
-                layer = GATLayer(dim, out, cfg.heads, last)
-                out = layer.out_dim
-            else:
-                layer = GINLayer(dim, out, cfg.hidden)
+            layer, dim = make_layer(cfg, dim, num_classes if last else cfg.hidden, last)
             self.layers.append(layer)
-            dim = out
 
     @property
     def needs_gcn_weights(self) -> bool:

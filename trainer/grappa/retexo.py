@@ -1,0 +1,266 @@
+"""RETEXO (`strategy: retexo`): lazy message passing, one boundary exchange per layer per run.
+
+Training goes stage by stage (Kolluri et al.). Stage l: each worker fetches the halo rows of the
+current embeddings h_l once (stage 0: the input features), then trains one GNN layer plus a small
+head (LayerNorm, ReLU, Linear to classes; the last stage's layer outputs the classes itself) on
+its fixed partition with those inputs frozen, for the stage's epochs of full-batch steps whose
+gradients the aggregator averages by training-node counts. The best-validation parameters of the
+stage are kept and every worker computes h_{l+1} = ReLU(layer(h_l)) for its own nodes.
+
+The epochs of `training.epochs` are split over the L stages. Checkpoints carry the stage, so a
+restarted job continues the same stage; workers keep each stage's input rows under
+`<runDir>/retexo/` for that. Bytes: 4 H sum_l d_l for the exchanges plus, per step, the usual
+gradient message up and parameters down (of the stage's model only).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import protocol as proto
+from .aggregator import Aggregator, make_optimizer
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .config import ModelConfig, TrainConfig
+from .fullcomm import LinkPeers, build_plan, fetch_rows
+from .local_graph import build_local_graph
+from .models import build_message_graph
+from .models.gnn import make_layer
+from .models.sparse_input import compact_input
+from .params import num_buffer_values, num_params
+from .rounds import RoundDecision
+from .shard import epoch_seed
+from .step import Contribution, contribution_from
+from .worker import Worker, split_stats
+
+log = logging.getLogger("grappa.retexo")
+
+
+def stage_epochs(epochs: int, layers: int) -> list[int]:
+    """`epochs` split over the stages as evenly as possible, earlier stages first."""
+    return [epochs // layers + (1 if s < epochs % layers else 0) for s in range(layers)]
+
+
+class StageModel(nn.Module):
+    """Layer l of the GNN, plus a classification head unless l is the last layer."""
+
+    def __init__(self, cfg: ModelConfig, stage: int, in_dim: int, num_classes: int):
+        super().__init__()
+        self.stage, self.dropout = stage, cfg.dropout
+        last = stage == cfg.layers - 1
+        self.layer, width = make_layer(cfg, in_dim, num_classes if last else cfg.hidden, last)
+        self.width = width
+        self.head = None if last else nn.Sequential(nn.LayerNorm(width), nn.ReLU(), nn.Linear(width, num_classes))
+
+    def embed(self, h: Tensor, g) -> Tensor:
+        # Fresh dropout on the frozen inputs every step (no cached aggregate, no frozen mask).
+        if self.stage > 0:
+            h = F.dropout(h, self.dropout, self.training)
+        return self.layer(h, g)
+
+    def forward(self, h: Tensor, g) -> Tensor:
+        z = self.embed(h, g)
+        return z if self.head is None else self.head(z)
+
+
+def build_stage_model(cfg: TrainConfig, stage: int, num_features: int, num_classes: int) -> StageModel:
+    torch.manual_seed(cfg.training.seed * 1_009 + stage)  # same initial parameters on every rank
+    in_dim = num_features if stage == 0 else cfg.model.hidden
+    if stage > 0 and cfg.model.arch == "gat":
+        in_dim = max(1, cfg.model.hidden // cfg.model.heads) * cfg.model.heads
+    return StageModel(cfg.model, stage, in_dim, num_classes)
+
+
+# ---- worker ----------------------------------------------------------------------------------
+class _StageShard:
+    """What Worker.run_epoch needs from a shard: one full-batch step on the frozen inputs."""
+
+    def __init__(self, worker: "RetexoWorker"):
+        self.w = worker
+
+    def start_epoch(self, epoch: int) -> list[Tensor]:
+        s = epoch_seed(self.w.cfg.training.seed, self.w.link.rank, epoch)
+        torch.manual_seed(s)
+        return [self.w.seeds]  # even empty: every worker answers every step
+
+    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
+        w = self.w
+        return contribution_from(w.model, lambda: w.model(w.inputs, w.mg)[:w.graph.num_owned], batch,
+                                 torch.ones(batch.numel()), w.graph.y[batch], "none", 0.0, 1.0)
+
+
+class RetexoWorker(Worker):
+    def __init__(self, cfg: TrainConfig, link, store=None):
+        super().__init__(cfg, link, store)
+        g = self.graph = build_local_graph(self.store, self.shard.base, None)
+        self.mg = build_message_graph(g.edge_index, g.num_nodes, g.deg, need_gcn=cfg.model.arch == "gcn")
+        self.seeds = g.seeds
+        self.peers = LinkPeers(link)
+        self.plan = None
+        self.shard = _StageShard(self)
+        self.stage_dir = Path(cfg.run_dir) / "retexo"
+        self.own_h: Optional[Tensor] = None
+
+    def _rows_file(self, stage: int) -> Path:
+        return self.stage_dir / f"stage-{stage}-worker-{self.link.rank - 1}.pt"
+
+    def setup_stage(self, stage: int) -> None:
+        man, g = self.store.manifest, self.graph
+        if self.plan is None:
+            owner = self.store.chunk_of() % self.cfg.partitions
+            self.plan = build_plan(g, owner, self.link.rank - 1, self.cfg.partitions, self.peers)
+        if stage == 0:
+            own = g.x[:g.num_owned]
+        elif self.own_h is not None:
+            own = self.own_h
+        else:  # resumed mid-run: the rows this worker computed at the end of the previous stage
+            path = self._rows_file(stage)
+            if not path.exists():
+                raise RuntimeError(f"cannot resume stage {stage}: {path} is missing (the run directory "
+                                   "must be the one the job started with)")
+            own = torch.load(path)
+        self.inputs = compact_input(fetch_rows(own, self.plan, self.peers))  # the stage's one exchange
+        self.model = build_stage_model(self.cfg, stage, man["num_features"], man["num_classes"])
+        self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
+        self.receive_state("control")
+
+    @torch.no_grad()
+    def evaluate(self) -> None:
+        self.model.eval()
+        g = self.graph
+        logits = self.model(self.inputs, self.mg)[:g.num_owned]
+        self.link.send(split_stats(logits, g.y, (g.train_mask, g.val_mask, g.test_mask)), 0, "eval")
+
+    @torch.no_grad()
+    def finish_stage(self, stage: int) -> None:
+        """Load the stage's best parameters; compute the next stage's inputs (or predictions)."""
+        self.receive_state("control")
+        self.model.eval()
+        g = self.graph
+        if stage == self.cfg.model.layers - 1:
+            pred = self.model(self.inputs, self.mg)[:g.num_owned].argmax(1)
+            self.stage_dir.mkdir(parents=True, exist_ok=True)
+            torch.save({"global_ids": g.global_ids[:g.num_owned], "pred": pred},
+                       self.stage_dir / f"predictions-worker-{self.link.rank - 1}.pt")
+            return
+        self.own_h = F.relu(self.model.embed(self.inputs, self.mg))[:g.num_owned].contiguous()
+        self.stage_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self._rows_file(stage + 1).with_suffix(".tmp")
+        torch.save(self.own_h, tmp)
+        tmp.replace(self._rows_file(stage + 1))
+
+    def run(self) -> None:
+        while True:
+            ctrl = self.link.recv(torch.empty(proto.CONTROL_LEN, dtype=torch.float64), 0, "control")
+            cmd, epoch, stage, _, steps, do_eval, wbar = (ctrl[i].item() for i in range(7))
+            if cmd == proto.CMD_STOP:
+                return
+            if cmd == proto.CMD_STAGE:
+                self.setup_stage(int(stage))
+            elif cmd == proto.CMD_STAGE_END:
+                self.finish_stage(int(stage))
+            elif cmd == proto.CMD_EPOCH:
+                self.run_epoch(int(epoch), int(steps), float(wbar))
+                self.send_epoch_report()
+                if do_eval:
+                    self.evaluate()
+                if self.metrics is not None:
+                    self.metrics.epoch.set(int(epoch) + 1)
+                    self.metrics.observe_bytes(self.link.bytes)
+
+
+# ---- aggregator ------------------------------------------------------------------------------
+class RetexoAggregator(Aggregator):
+    def _stage_model(self, stage: int) -> None:
+        man = self.manifest
+        self.model = build_stage_model(self.cfg, stage, man["num_features"], man["num_classes"])
+        self.optimizer = make_optimizer(self.cfg, self.model)
+        self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
+        self.best = {"val": -1.0, "test": None, "epoch": None, "state": None}
+
+    def evaluate(self) -> dict:
+        return self.receive_eval_stats()
+
+    def checkpoint_state(self, epoch: int, decision: RoundDecision) -> dict:
+        return {**super().checkpoint_state(epoch, decision), "stage": self.stage,
+                "stage_done": self.stage_done, "stage_results": self.stage_results}
+
+    def resume_stage(self) -> tuple[int, int, bool]:
+        """(global epoch, stage, whether that stage's training is complete) from the checkpoint."""
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return 0, 0, False
+        ck = load_checkpoint(path)
+        self._stage_model(ck["stage"])
+        self.model.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.best, self.history, self.stage_results = ck["best"], ck["history"], ck["stage_results"]
+        log.info("resuming from %s (epoch %d, stage %d)", path, ck["epoch"], ck["stage"])
+        self._jsonl({"event": "resume", "epoch": ck["epoch"], "stage": ck["stage"], "checkpoint": str(path)})
+        return ck["epoch"], ck["stage"], ck["stage_done"]
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        lengths = stage_epochs(cfg.training.epochs, cfg.model.layers)
+        bounds = [sum(lengths[:s]) for s in range(len(lengths) + 1)]
+        self.stage_results: list[dict] = []
+        epoch, stage, done = self.resume_stage()
+        if done:  # the checkpoint was taken after the stage's end: start the next one
+            stage += 1
+        decision = RoundDecision(0, 0, 0)
+        rinfo = {"round": 0, "pairing_seed": 0, "steps": 1, "wbar": 1.0}
+        started = time.perf_counter()
+        while stage < cfg.model.layers:
+            self.stage, self.stage_done = stage, False
+            if epoch <= bounds[stage]:  # a fresh stage, not one resumed mid-way
+                self._stage_model(stage)
+            self.command(proto.control(proto.CMD_STAGE, epoch, stage))
+            self.broadcast_state("control")
+            log.info("stage %d: epochs %d..%d", stage, epoch + 1, bounds[stage + 1])
+            for epoch in range(epoch, bounds[stage + 1]):
+                t0 = time.perf_counter()
+                before = self.link.bytes.snapshot()
+                do_eval = True  # the stage's best epoch needs every validation score
+                rec = {"epoch": epoch + 1, "round": 0, "round_start": 0, "stage": stage}
+                rec.update(self.train_epoch(epoch, rinfo, do_eval))
+                train_bytes = self._delta(before, "train")
+                eval_before = self.link.bytes.snapshot()
+                rec.update(self.evaluate())
+                self._track_best(rec, epoch + 1)
+                rec.update({"epoch_seconds": time.perf_counter() - t0, "wbar": 1.0,
+                            "train_bytes": train_bytes, "eval_bytes": self._delta(eval_before, "eval"),
+                            "control_bytes": self._delta(before, "control"),
+                            "best_val": self.best["val"], "best_test": self.best["test"]})
+                self.history.append(rec)
+                self._jsonl(rec)
+                self._publish(rec, started, max(1, epoch + 1))
+                last_of_stage = epoch + 1 == bounds[stage + 1]
+                if cfg.checkpoint.interval and (epoch + 1) % cfg.checkpoint.interval == 0 and not last_of_stage:
+                    save_checkpoint(self.run_dir, epoch + 1, self.checkpoint_state(epoch + 1, decision))
+            epoch = bounds[stage + 1]
+            self.end_stage(stage)
+            if cfg.checkpoint.interval:
+                save_checkpoint(self.run_dir, epoch, self.checkpoint_state(epoch, decision))
+            stage += 1
+        self.command(proto.control(proto.CMD_STOP))
+        final = self.stage_results[-1]
+        self.best = {**self.best, "val": final["best_val"], "test": final["test_acc"],
+                     "epoch": final["best_epoch"]}
+        return self.finish()
+
+    def end_stage(self, stage: int) -> None:
+        if self.best["state"] is not None:
+            self.model.load_state_dict(self.best["state"])
+        self.stage_results.append({"stage": stage, "best_val": self.best["val"],
+                                   "test_acc": self.best["test"], "best_epoch": self.best["epoch"]})
+        self._jsonl({"event": "stage", **self.stage_results[-1]})
+        self.command(proto.control(proto.CMD_STAGE_END, 0, stage))
+        self.broadcast_state("control")
+        self.stage_done = True
+        torch.save(self.model.state_dict(), self.run_dir / f"stage-{stage}.pt")
+
