@@ -164,7 +164,9 @@ def main() -> None:
             args, runs, runs_path)
     from render_network import render
     notes = ROOT / "bench" / "network-notes.md"
-    print("wrote", render(runs, out, notes.read_text() if notes.exists() else ""))
+    strategy_runs = out / "strategy-runs.json"
+    print("wrote", render(runs, out, notes.read_text() if notes.exists() else "",
+                          json.loads(strategy_runs.read_text()) if strategy_runs.exists() else None))
 
 
 def measure(args, runs: dict, runs_path: Path) -> None:

@@ -6,6 +6,7 @@ import platform
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional
 
 import matplotlib
 
@@ -16,9 +17,14 @@ PRESET_ORDER = ["10gbit", "1gbit", "100mbit", "unshaped"]
 MB = 1e6
 
 
-def parse(runs: dict) -> dict:
-    """{(experiment, dataset, P, layers, strategy, preset): [run, ...]} over repeats."""
+def parse(runs: dict, strategy_runs: Optional[dict] = None) -> dict:
+    """{(experiment, dataset, P, layers, strategy, preset): [run, ...]} over repeats. Grappa and
+    full runs of bench/strategies.py (per-epoch curves) feed the accuracy section."""
     out = defaultdict(list)
+    for key, run in (strategy_runs or {}).items():
+        dataset, p, layers, label, preset = key.split("|")
+        if label in ("grappa", "full"):
+            out[("accuracy", dataset, int(p), int(layers), label, preset)].append(run)
     for key, run in runs.items():
         if "error" in run:
             continue  # listed by failures()
@@ -167,7 +173,8 @@ def accuracy_section(g: dict, out: Path) -> list[str]:
     dataset, p, preset = keys[0][1], keys[0][2], keys[0][5]
     lines = [f"## Accuracy: fixed epochs and fixed wall-clock budget ({dataset}, P = {p}, {preset})", "",
              "Test accuracy at the best validation epoch. Budget = the training time Grappa needs for "
-             "all its epochs; the baseline gets the same seconds.", "",
+             "all its epochs; the baseline gets the same seconds. Runs of `bench/strategies.py` "
+             "(`strategy-runs.json`).", "",
              "| layers | epochs | Grappa test | full test (same epochs) | budget s | full test within budget "
              "| full epochs within budget |", "|---|---|---|---|---|---|---|"]
     layer_list = sorted({k[3] for k in keys})
@@ -208,8 +215,8 @@ def failures(runs: dict) -> list[str]:
     return ["## Runs that failed", ""] + bad + [""] if bad else []
 
 
-def render(runs: dict, out: Path, notes: str = "") -> Path:
-    g = parse(runs)
+def render(runs: dict, out: Path, notes: str = "", strategy_runs: Optional[dict] = None) -> Path:
+    g = parse(runs, strategy_runs)
     lines = ["# Benchmarks: gradient-only (Grappa) vs full communication, on throttled links", "",
              f"Machine: {os.cpu_count()} CPU cores ({platform.machine()}), 24 GiB, no GPU; every rank "
              "in its own network namespace, veth + bridge, `tbf` rate shaping on both ends of each link "

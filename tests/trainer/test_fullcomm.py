@@ -1,4 +1,5 @@
 """The full-communication baseline: exact full-graph gradients from P fetching workers."""
+import json
 import threading
 
 import pytest
@@ -81,3 +82,16 @@ def test_isolated_grappa_gradient_differs(data_root, tmp_path):
         cs.append(s.contribute(batch, 1.0))
     got = combine([c.grad_sum for c in cs], [c.weight_sum for c in cs])
     assert float((got - exact).norm() / exact.norm()) > 0.05
+
+
+@pytest.mark.parametrize("doc,field", [
+    ({"strategy": "full", "training": {"mode": "mini-batch"}}, "training.mode"),
+    ({"strategy": "full", "grappa": {"correction": "batch"}}, "grappa.correction"),
+    ({"strategy": "retexo", "grappa": {"rounds": {"every": 3}}}, "grappa.rounds"),
+])
+def test_settings_that_do_not_apply_are_rejected(doc, field):
+    from grappa.config import ConfigError, dump_config, validate_config
+    with pytest.raises(ConfigError, match=field):
+        validate_config(doc)
+    ok = validate_config({"strategy": doc["strategy"]})
+    assert validate_config(json.loads(dump_config(ok))).strategy == doc["strategy"]  # what pods get

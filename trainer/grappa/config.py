@@ -195,8 +195,8 @@ class TrainConfig(Section):
                              f"({self.training.epochs}) must be >= model.layers ({self.model.layers})")
         if self.training.mode != "full-graph":
             raise ValueError(
-                f"strategy {self.strategy!r} runs in training.mode full-graph only (the mini-batch "
-                "feature-fetching baseline is not built); set training.mode: full-graph")
+                f"strategy {self.strategy!r} runs in training.mode full-graph only; "
+                "set training.mode: full-graph (or strategy: grappa for mini-batches)")
         # Compared with the defaults, not `model_fields_set`: a dumped config (what pods receive)
         # sets every field.
         default = GrappaConfig()
