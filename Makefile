@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit test-e2e lint crd bench-accuracy bench-network clean-data
+.PHONY: venv demo test test-unit crd bench-accuracy bench-network bench-strategies clean-data
 
 venv: $(VENV)/.ready
 
@@ -33,10 +33,23 @@ test-unit: venv
 crd: venv
 	$(PY) -m grappa_operator.crdgen --write
 
+# The published runs; docs/results/benchmarks.md explains the choices (Physics stops at P = 4 for
+# memory, 10 Gbit/s and the scaling series are cut short for time). Each line resumes.
 bench-network: venv
-	$(PY) bench/network.py --datasets rmat,coauthor-physics --epochs 4 --repeats 1
-	$(PY) bench/network.py --experiment scaling --partitions 8 --layers 3 --presets 1gbit --epochs 3 --strategies grappa,full
-	$(PY) bench/network.py --experiment accuracy --datasets coauthor-physics --partitions 4 --presets 1gbit --epochs 20 --strategies grappa,full
+	$(PY) bench/network.py --datasets rmat --partitions 2,4,8 --layers 2,3,4 --presets 1gbit,100mbit --epochs 4 --repeats 1
+	$(PY) bench/network.py --datasets rmat --partitions 2,4,8 --layers 3 --presets 10gbit --epochs 4 --repeats 1
+	$(PY) bench/network.py --datasets rmat --partitions 8 --layers 3 --presets 1gbit,100mbit --epochs 4 --repeats 3
+	$(PY) bench/network.py --datasets coauthor-physics --partitions 2,4 --layers 2,3,4 --presets 1gbit --epochs 3 --repeats 1
+	$(PY) bench/network.py --datasets coauthor-physics --partitions 4 --layers 2,3 --presets 10gbit --epochs 3 --repeats 1 --strategies grappa,full
+	$(PY) bench/network.py --datasets coauthor-physics --partitions 4 --layers 3 --presets 100mbit --epochs 3 --repeats 1 --strategies grappa,full
+	$(PY) bench/network.py --experiment scaling --scales 18,19 --partitions 8 --layers 3 --presets 1gbit --epochs 3 --strategies grappa,full
+
+# Also feeds the accuracy section of benchmarks.md, hence the re-render at the end.
+bench-strategies: venv
+	$(PY) bench/strategies.py --dataset citeseer --layers 2,3,4 --preset 1gbit --epochs 60
+	$(PY) bench/strategies.py --dataset citeseer --layers 2 --preset 100mbit --epochs 60 --variants grappa,full,varco-rmin1,retexo
+	$(PY) bench/strategies.py --dataset citeseer --layers 2,3 --preset 100mbit --epochs 60 --variants grappa,full,retexo
+	$(PY) bench/network.py --render-only
 
 bench-accuracy: venv
 	$(PY) bench/accuracy.py --epochs 100

@@ -39,7 +39,9 @@ class ThrottledNetwork:
             raise ValueError("at most 250 ranks fit the /24")
         self.ranks = ranks
         self.rate = rate
-        self.tag = tag or f"gr{os.getpid() % 100000}"
+        # The full pid keeps tags unambiguous for reap_stale(); "gr" + 7 digits + "h249" still
+        # fits the 15-character interface name limit.
+        self.tag = tag or f"gr{os.getpid()}"
         self.bridge = f"{self.tag}br"
         self.master_addr = self.address(0)
         self.env = {"GLOO_SOCKET_IFNAME": "eth0"}
@@ -105,3 +107,33 @@ def leftovers(tag_prefix: str = "gr") -> list[str]:
     """Namespaces a crashed run may have left behind (`ip netns del` them)."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(tag_prefix)]
+
+
+_OWNED = re.compile(r"^gr(\d+)(?:-r\d+|br|h\d+)$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale() -> list[str]:
+    """Delete namespaces and links of runs whose process is gone (a SIGKILL skips close()).
+    Networks of live processes are left alone; returns what was deleted."""
+    names = [line.split()[0] for line in
+             subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()]
+    links = [line.split()[0].split("@")[0] for line in
+             subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.splitlines()]
+    gone = []
+    for kind, name in [("netns", n) for n in names] + [("link", n) for n in links]:
+        m = _OWNED.match(name)
+        if m and not _alive(int(m.group(1))):
+            done = subprocess.run(["ip", kind, "del", name], capture_output=True)
+            if done.returncode == 0:
+                gone.append(name)
+    return gone

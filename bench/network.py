@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -30,7 +29,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), 
 from grappa.config import TrainConfig  # noqa: E402
 from grappa.launcher import LocalJob  # noqa: E402
 from grappa.prepare import prepare_store  # noqa: E402
-from netns import PRESETS, NetnsUnavailable, ThrottledNetwork  # noqa: E402
+from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 DATASETS = {
@@ -48,11 +47,11 @@ def dataset_spec(dataset: str) -> dict:
 
 
 def job_config(dataset: str, strategy: str, partitions: int, layers: int, epochs: int,
-               work: Path, eval_every: int = 0) -> TrainConfig:
+               work: Path) -> TrainConfig:
     return TrainConfig.model_validate({
         "strategy": strategy, "partitions": partitions, "dataset": dataset_spec(dataset),
         "model": {"arch": "gcn", "layers": layers, "hidden": 128, "dropout": 0.5},
-        "training": {"epochs": epochs, "evalEvery": eval_every or epochs},
+        "training": {"epochs": epochs, "evalEvery": epochs},
         "checkpoint": {"interval": 0},
         "runDir": str(work / f"run-{strategy}"), "storeDir": str(work / f"store-{dataset}-{partitions}"),
     })
@@ -110,6 +109,9 @@ def run_single(dataset: str, layers: int, epochs: int, work: Path) -> dict:
 
 def network(ranks: int, preset: str) -> Optional[ThrottledNetwork]:
     try:
+        stale = reap_stale()
+        if stale:
+            print(f"removed leftovers of killed runs: {', '.join(stale)}", file=sys.stderr)
         return ThrottledNetwork(ranks, PRESETS[preset]).__enter__()
     except (NetnsUnavailable, FileNotFoundError) as err:
         print(f"network namespaces unavailable ({err}); running on unshaped loopback instead",
@@ -143,9 +145,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("--experiment", choices=["grid", "scaling", "accuracy"], default="grid",
-                    help="grid: bytes and epoch time; scaling: RMAT --scales at P = --partitions; "
-                         "accuracy: per-epoch accuracy and time for --epochs on --datasets")
+    ap.add_argument("--experiment", choices=["grid", "scaling"], default="grid",
+                    help="grid: bytes and epoch time; scaling: RMAT --scales at P = --partitions "
+                         "(the accuracy section comes from bench/strategies.py)")
     ap.add_argument("--scales", default="18,19,20,21,22")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--render-only", action="store_true")
@@ -160,7 +162,7 @@ def main() -> None:
     runs_path = out / "network-runs.json"
     runs = json.loads(runs_path.read_text()) if runs_path.exists() else {}
     if not args.render_only:
-        {"grid": measure, "scaling": measure_scaling, "accuracy": measure_accuracy}[args.experiment](
+        {"grid": measure, "scaling": measure_scaling}[args.experiment](
             args, runs, runs_path)
     from render_network import render
     notes = ROOT / "bench" / "network-notes.md"
@@ -205,8 +207,7 @@ def measure_dataset(args, dataset: str, strategies: list[str], runs: dict, runs_
                     net.close()
 
 
-def measure_series(args, runs: dict, runs_path: Path, experiment: str, datasets: list[str],
-                   with_curve: bool) -> None:
+def measure_series(args, runs: dict, runs_path: Path, experiment: str, datasets: list[str]) -> None:
     p, preset = int(args.partitions), args.presets.split(",")[0]
     for dataset in datasets:
         with tempfile.TemporaryDirectory() as tmp:
@@ -217,10 +218,9 @@ def measure_series(args, runs: dict, runs_path: Path, experiment: str, datasets:
                         key = f"{experiment}|{dataset}|{p}|{layers}|{strategy}|{preset}|0"
                         if strategy == "single" or key in runs:
                             continue
-                        cfg = job_config(dataset, strategy, p, layers, args.epochs, Path(tmp),
-                                         eval_every=1 if with_curve else 0)
+                        cfg = job_config(dataset, strategy, p, layers, args.epochs, Path(tmp))
                         try:
-                            runs[key] = run_job(cfg, net, with_curve)
+                            runs[key] = run_job(cfg, net)
                         except Exception as err:  # noqa: BLE001 - e.g. out of memory: record, go on
                             runs[key] = {"error": str(err).splitlines()[0]}
                         save(runs, runs_path, key)
@@ -230,21 +230,13 @@ def measure_series(args, runs: dict, runs_path: Path, experiment: str, datasets:
 
 
 def measure_scaling(args, runs: dict, runs_path: Path) -> None:
-    measure_series(args, runs, runs_path, "scaling", [f"rmat-{s}" for s in args.scales.split(",")], False)
-
-
-def measure_accuracy(args, runs: dict, runs_path: Path) -> None:
-    measure_series(args, runs, runs_path, "accuracy", args.datasets.split(","), True)
+    measure_series(args, runs, runs_path, "scaling", [f"rmat-{s}" for s in args.scales.split(",")])
 
 
 def save(runs: dict, path: Path, key: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(runs, indent=1, sort_keys=True))
     print(key, json.dumps(runs[key]), flush=True)
-
-
-def machine() -> str:
-    return f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
 
 
 if __name__ == "__main__":

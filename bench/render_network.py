@@ -29,7 +29,7 @@ def parse(runs: dict, strategy_runs: Optional[dict] = None) -> dict:
         if "error" in run:
             continue  # listed by failures()
         parts = key.split("|")
-        exp = parts.pop(0) if parts[0] in ("scaling", "accuracy") else "grid"
+        exp = parts.pop(0) if parts[0] == "scaling" else "grid"
         dataset, p, layers, strategy, preset, _rep = parts
         out[(exp, dataset, int(p), int(layers), strategy, preset)].append(run)
     return out
@@ -44,9 +44,9 @@ def fmt_bytes(b: float) -> str:
 
 
 def grid_table(g: dict, dataset: str) -> list[str]:
-    lines = ["| P | layers | link | bytes/worker/epoch Grappa | full | full ÷ Grappa | epoch s Grappa | "
-             "full | single | full ÷ Grappa | Grappa reducer share |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| P | layers | link | runs | bytes/worker/epoch Grappa | Grappa ÷ floor | full | full ÷ Grappa "
+             "| epoch s Grappa | full | single | full ÷ Grappa | Grappa reducer share |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(k[2], k[3], k[5]) for k in g if k[0] == "grid" and k[1] == dataset and k[4] == "grappa"},
                   key=lambda t: (t[0], t[1], PRESET_ORDER.index(t[2])))
     for p, layers, preset in keys:
@@ -55,7 +55,10 @@ def grid_table(g: dict, dataset: str) -> list[str]:
         si = g.get(("grid", dataset, 1, layers, "single", "none"))
         if not gr:
             continue
-        row = [str(p), str(layers), preset, fmt_bytes(med(gr, "bytes_per_worker_epoch"))]
+        floor = 8 * gr[0]["parameters"] + 16  # full-graph: one step per epoch, GCN has no buffers
+        row = [str(p), str(layers), preset, f"{len(gr)} / {len(fu or [])}",
+               fmt_bytes(med(gr, "bytes_per_worker_epoch")),
+               f"{med(gr, 'bytes_per_worker_epoch') / floor:.2f}x"]
         if fu:
             row += [fmt_bytes(med(fu, "bytes_per_worker_epoch")),
                     f"{med(fu, 'bytes_per_worker_epoch') / med(gr, 'bytes_per_worker_epoch'):,.0f}x"]
@@ -64,7 +67,7 @@ def grid_table(g: dict, dataset: str) -> list[str]:
         row += [f"{med(gr, 'epoch_seconds'):.2f}", f"{med(fu, 'epoch_seconds'):.2f}" if fu else "-",
                 f"{med(si, 'epoch_seconds'):.2f}" if si else "-",
                 f"{med(fu, 'epoch_seconds') / med(gr, 'epoch_seconds'):.1f}x" if fu else "-",
-                f"{100 * med(gr, 'reducer_share'):.1f}%"]
+                f"{100 * med(gr, 'reducer_share'):.2f}%"]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -170,34 +173,36 @@ def accuracy_section(g: dict, out: Path) -> list[str]:
     keys = sorted(k for k in g if k[0] == "accuracy")
     if not keys:
         return []
-    dataset, p, preset = keys[0][1], keys[0][2], keys[0][5]
-    lines = [f"## Accuracy: fixed epochs and fixed wall-clock budget ({dataset}, P = {p}, {preset})", "",
-             "Test accuracy at the best validation epoch. Budget = the training time Grappa needs for "
-             "all its epochs; the baseline gets the same seconds. Runs of `bench/strategies.py` "
-             "(`strategy-runs.json`).", "",
-             "| layers | epochs | Grappa test | full test (same epochs) | budget s | full test within budget "
-             "| full epochs within budget |", "|---|---|---|---|---|---|---|"]
+    dataset, p = keys[0][1], keys[0][2]
+    presets = [pr for pr in PRESET_ORDER if any(k[5] == pr for k in keys)]
     layer_list = sorted({k[3] for k in keys})
-    fig, axes = plt.subplots(1, len(layer_list), figsize=(4.2 * len(layer_list), 3.6), squeeze=False)
-    for ax, layers in zip(axes[0], layer_list):
-        gr = g.get(("accuracy", dataset, p, layers, "grappa", preset))
-        fu = g.get(("accuracy", dataset, p, layers, "full", preset))
-        for name, runs in (("grappa", gr), ("full", fu)):
-            if runs:
-                c = runs[0]
-                ax.plot(c["cum_seconds"], c["test_acc_curve"], label=name)
-        ax.set_title(f"{layers} layers")
-        ax.set_xlabel("training seconds")
-        ax.set_ylabel("test accuracy")
-        ax.legend(fontsize=7)
-        if gr and fu:
-            a, b = gr[0], fu[0]
-            budget = a["cum_seconds"][-1]
-            within = [i for i, t in enumerate(b["cum_seconds"]) if t <= budget]
-            lines.append(f"| {layers} | {len(a['cum_seconds'])} | {100 * best_test(a, None):.1f} | "
-                         f"{100 * best_test(b, None):.1f} | {budget:.0f} | "
-                         f"{100 * best_test(b, within[-1] + 1) if within else float('nan'):.1f} | "
-                         f"{len(within)} |")
+    lines = [f"## Accuracy: fixed epochs and fixed wall-clock budget ({dataset}, P = {p})", "",
+             "Test accuracy at the best validation epoch. Budget = the training time Grappa needs for "
+             "all its epochs; the baseline gets the same seconds on the same link. Runs of "
+             "`bench/strategies.py` (`strategy-runs.json`).", "",
+             "| link | layers | epochs | Grappa test | full test (same epochs) | budget s | full test within budget "
+             "| full epochs within budget |", "|---|---|---|---|---|---|---|---|"]
+    fig, axes = plt.subplots(len(presets), len(layer_list), figsize=(4.2 * len(layer_list), 3.4 * len(presets)),
+                             squeeze=False)
+    for row, preset in zip(axes, presets):
+        for ax, layers in zip(row, layer_list):
+            gr = g.get(("accuracy", dataset, p, layers, "grappa", preset))
+            fu = g.get(("accuracy", dataset, p, layers, "full", preset))
+            for name, runs in (("grappa", gr), ("full", fu)):
+                if runs:
+                    ax.plot(runs[0]["cum_seconds"], runs[0]["test_acc_curve"], label=name)
+            ax.set_title(f"{layers} layers, {preset}")
+            ax.set_xlabel("training seconds")
+            ax.set_ylabel("test accuracy")
+            ax.legend(fontsize=7)
+            if gr and fu:
+                a, b = gr[0], fu[0]
+                budget = a["cum_seconds"][-1]
+                within = [i for i, t in enumerate(b["cum_seconds"]) if t <= budget]
+                lines.append(f"| {preset} | {layers} | {len(a['cum_seconds'])} | {100 * best_test(a, None):.1f} | "
+                             f"{100 * best_test(b, None):.1f} | {budget:.0f} | "
+                             f"{100 * best_test(b, within[-1] + 1) if within else float('nan'):.1f} | "
+                             f"{len(within)} |")
     fig.tight_layout()
     fig.savefig(out / "bench-accuracy.png", dpi=110)
     plt.close(fig)
@@ -215,10 +220,21 @@ def failures(runs: dict) -> list[str]:
     return ["## Runs that failed", ""] + bad + [""] if bad else []
 
 
+def machine() -> str:
+    """CPU model, cores, memory and kernel of the machine rendering (= measuring) the report."""
+    model, mem = platform.processor() or platform.machine(), 0.0
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        mem = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal"))) / 2**20
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} CPU cores ({model}), {mem:.0f} GiB, Linux {platform.release()}"
+
+
 def render(runs: dict, out: Path, notes: str = "", strategy_runs: Optional[dict] = None) -> Path:
     g = parse(runs, strategy_runs)
     lines = ["# Benchmarks: gradient-only (Grappa) vs full communication, on throttled links", "",
-             f"Machine: {os.cpu_count()} CPU cores ({platform.machine()}), 24 GiB, no GPU; every rank "
+             f"Machine: {machine()}, no GPU; every rank "
              "in its own network namespace, veth + bridge, `tbf` rate shaping on both ends of each link "
              "(no added latency: `netem` is unavailable here). Raw numbers: `network-runs.json`.", ""]
     if notes:

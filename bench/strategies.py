@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -29,9 +30,14 @@ VARIANTS = {
     "varco-rmin4": ("varco", {"varco": {"rMin": 4}}),
     "varco-fixed2": ("varco", {"varco": {"schedule": "fixed", "fixedRatio": 2}}),
     "varco-fixed8": ("varco", {"varco": {"schedule": "fixed", "fixedRatio": 8}}),
+    # Input features dominate the exchange on wide-feature graphs; these compress them too.
+    "varco-in-rmin1": ("varco", {"varco": {"rMin": 1, "compressInput": True}}),
+    "varco-in-fixed8": ("varco", {"varco": {"schedule": "fixed", "fixedRatio": 8, "compressInput": True}}),
+    "varco-in-fixed32": ("varco", {"varco": {"schedule": "fixed", "fixedRatio": 32, "compressInput": True}}),
     "retexo": ("retexo", {}),
 }
-DEEP_ONLY = {"varco-rmin2", "varco-rmin4", "varco-fixed2", "varco-fixed8"}  # at the middle depth only
+# at the middle depth only
+DEEP_ONLY = {"varco-rmin2", "varco-rmin4", "varco-fixed2", "varco-fixed8", "varco-in-fixed8", "varco-in-fixed32"}
 
 
 def config(dataset: str, label: str, layers: int, epochs: int, work: Path, partitions: int) -> TrainConfig:
@@ -54,6 +60,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        ap.error(f"--variants: unknown {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
+    # SIGTERM must unwind through the `finally`s that stop the job and delete the namespaces.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(args.out)
     path = out / "strategy-runs.json"
     runs = json.loads(path.read_text()) if path.exists() else {}

@@ -66,7 +66,9 @@ def test_resume_continues_at_the_saved_epoch_and_replays_exactly(tmp_path):
         assert a.get("val_acc") == pytest.approx(b.get("val_acc"))
 
 
-def test_killed_worker_stops_the_job_and_names_the_rank(tmp_path):
+def endless_launch(tmp_path) -> tuple[subprocess.Popen, dict]:
+    """`grappa train` as a user runs it, with epochs enough to outlive the test; waits until
+    training runs and returns the launcher and its rank -> pid map."""
     cfg = job(tmp_path, **{"training.epochs": 100000})
     launcher = subprocess.Popen(
         [sys.executable, "-m", "grappa", "train",
@@ -81,15 +83,39 @@ def test_killed_worker_stops_the_job_and_names_the_rank(tmp_path):
         assert launcher.poll() is None, launcher.stdout.read()
         assert time.monotonic() < deadline, "training never started"
         time.sleep(0.2)
-    pids = json.loads((Path(cfg.run_dir) / "pids.json").read_text())
+    return launcher, json.loads((Path(cfg.run_dir) / "pids.json").read_text())
+
+
+def gone(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" in status.read_text().lower()
+    except FileNotFoundError:
+        return True
+
+
+def test_killed_launcher_takes_its_processes_along(tmp_path):
+    launcher, pids = endless_launch(tmp_path)
+    launcher.kill()  # SIGKILL: no finally runs in the launcher
+    launcher.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while not all(gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survivors = [pid for pid in pids.values() if not gone(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"orphaned after the launcher died: {survivors}"
+
+
+def test_killed_worker_stops_the_job_and_names_the_rank(tmp_path):
+    launcher, pids = endless_launch(tmp_path)
     os.kill(pids["2"], signal.SIGKILL)
     killed_at = time.monotonic()
     out, _ = launcher.communicate(timeout=60)
     assert time.monotonic() - killed_at < 60
     assert launcher.returncode != 0
     assert "worker 1 (rank 2)" in out
-    for pid in pids.values():  # no orphans
-        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    assert all(gone(pid) for pid in pids.values())  # no orphans
 
 
 def test_bad_config_names_the_field(tmp_path):

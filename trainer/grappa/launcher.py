@@ -5,6 +5,7 @@ JSON lines; if any process fails, stops every other one and exits non-zero namin
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -46,6 +47,25 @@ class Placement(Protocol):
     def prefix(self, rank: int) -> list[str]: ...
 
 
+def die_with(parent: int):
+    """A preexec_fn: the child gets SIGTERM when the launcher dies, even by SIGKILL, which no
+    `finally` can catch (Linux only). Its own session keeps it from the terminal's Ctrl-C, so
+    this is its only tie to the launcher. prctl is looked up here, before the fork: the child
+    should do as little as possible between fork and exec."""
+    try:
+        prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        prctl = None
+
+    def hook() -> None:
+        if prctl is None:
+            return
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the launcher was already gone before prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+    return hook
+
+
 class LocalJob:
     """`placement` (optional) runs ranks elsewhere than on loopback, e.g. one network namespace
     each: it maps a rank to a command prefix, and gives the aggregator's address and extra env."""
@@ -79,7 +99,7 @@ class LocalJob:
             log = open(self.log_dir / f"rank-{rank}.log", "ab")
             self.procs.append(subprocess.Popen(
                 cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True))
+                start_new_session=True, preexec_fn=die_with(os.getpid())))
             log.close()
         # Which process is which rank, for people (and tests) who need to signal one.
         (self.run_dir / "pids.json").write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))

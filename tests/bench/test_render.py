@@ -1,0 +1,55 @@
+"""The benchmark pages compute their ratios and medians from the JSON runs they are given."""
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cell(seconds: float, nbytes: int, params: int = 100) -> dict:
+    return {"epoch_seconds": seconds, "bytes_per_worker_epoch": nbytes, "parameters": params,
+            "reducer_share": 0.01, "peak_rss_bytes": 2**30}
+
+
+def test_grid_row_medians_floor_and_ratios(tmp_path):
+    render = load("render_network")
+    floor = 8 * 100 + 16
+    runs = {f"rmat|8|3|grappa|1gbit|{r}": cell(s, floor) for r, s in enumerate([2.0, 9.0, 3.0])}
+    runs |= {f"rmat|8|3|full|1gbit|{r}": cell(s, 200 * floor) for r, s in enumerate([12.0, 6.0, 15.0])}
+    runs["rmat|1|3|single|none|0"] = {"epoch_seconds": 1.5}
+    runs["rmat|4|3|grappa|1gbit|0"] = {"error": "out of memory"}
+    page = render.render(runs, tmp_path).read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| 8 | 3 | 1gbit"))
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    # P, layers, link, runs, Grappa bytes, ÷ floor, full bytes, full ÷ Grappa, s Grappa, s full, single, ratio, share
+    assert cols[3] == "3 / 3"
+    assert cols[5] == "1.00x" and cols[7] == "200x"
+    assert cols[8] == "3.00" and cols[9] == "12.00" and cols[10] == "1.50" and cols[11] == "4.0x"
+    assert "`rmat|4|3|grappa|1gbit|0`: out of memory" in page
+    assert (tmp_path / "bench-bytes-rmat.png").exists()
+
+
+def test_strategy_table_bytes_ratio_and_time_per_preset(tmp_path):
+    render = load("render_strategies")
+
+    def run(acc: float, nbytes: int, seconds: float) -> dict:
+        return {"test_acc": acc, "total_bytes": nbytes, "cum_seconds": [seconds / 2, seconds]}
+    runs = {"g|4|2|full|1gbit": run(0.70, 4_000_000_000, 30.0),
+            "g|4|2|full|100mbit": run(0.70, 4_000_000_000, 240.0),
+            "g|4|2|grappa|1gbit": run(0.69, 1_000_000_000, 10.0),
+            "g|1|2|single|none": {"test_acc": 0.71, "seconds": 2.0}}
+    page = render.render(runs, tmp_path).read_text()
+    lines = page.splitlines()
+    assert "| strategy | P | test acc % | training bytes | bytes vs full | training s, 1gbit | training s, 100mbit |" in lines
+    assert "| full | 4 | 70.0 | 4,000.0 MB | 1x | 30.0 | 240.0 |" in lines
+    assert "| grappa | 4 | 69.0 | 1,000.0 MB | 0.25x | 10.0 | - |" in lines
+    assert any(line.startswith("| single process | 1 | 71.0 |") for line in lines)
+    assert (tmp_path / "strategies-accuracy-bytes.png").exists()
