@@ -39,7 +39,9 @@ bench-network: venv
 	$(PY) bench/network.py --datasets rmat --partitions 2,4,8 --layers 2,3,4 --presets 1gbit,100mbit --epochs 4 --repeats 1
 	$(PY) bench/network.py --datasets rmat --partitions 2,4,8 --layers 3 --presets 10gbit --epochs 4 --repeats 1
 	$(PY) bench/network.py --datasets rmat --partitions 8 --layers 3 --presets 1gbit,100mbit --epochs 4 --repeats 3
+	$(PY) bench/network.py --datasets rmat --partitions 8,4,2 --layers 2,3,4 --presets 1gbit --epochs 4 --repeats 3 --strategies grappa,full
 	$(PY) bench/network.py --datasets coauthor-physics --partitions 2,4 --layers 2,3,4 --presets 1gbit --epochs 3 --repeats 1
+	$(PY) bench/network.py --datasets coauthor-physics --partitions 4,2 --layers 2,3,4 --presets 1gbit --epochs 3 --repeats 3 --strategies grappa,full
 	$(PY) bench/network.py --datasets coauthor-physics --partitions 4 --layers 2,3 --presets 10gbit --epochs 3 --repeats 1 --strategies grappa,full
 	$(PY) bench/network.py --datasets coauthor-physics --partitions 4 --layers 3 --presets 100mbit --epochs 3 --repeats 1 --strategies grappa,full
 	$(PY) bench/network.py --experiment scaling --scales 18,19 --partitions 8 --layers 3 --presets 1gbit --epochs 3 --strategies grappa,full

@@ -97,6 +97,7 @@ def plot_bytes(g: dict, dataset: str, path: Path) -> bool:
         ax.plot(xs, [floors[x] for x in xs], color="black", linewidth=3, alpha=0.3,
                 label="floor: 2 x 4 B x |params| (+16 B)")
     ax.set_yscale("log")
+    ax.set_xticks(sorted({c[1] for c in combos}))
     ax.set_xlabel("layers")
     ax.set_ylabel("training bytes per worker per epoch")
     ax.set_title(f"{dataset}: training traffic (exact counters)")
@@ -188,6 +189,9 @@ def accuracy_section(g: dict, out: Path) -> list[str]:
         for ax, layers in zip(row, layer_list):
             gr = g.get(("accuracy", dataset, p, layers, "grappa", preset))
             fu = g.get(("accuracy", dataset, p, layers, "full", preset))
+            if not (gr or fu):
+                ax.set_axis_off()  # not measured on this link
+                continue
             for name, runs in (("grappa", gr), ("full", fu)):
                 if runs:
                     ax.plot(runs[0]["cum_seconds"], runs[0]["test_acc_curve"], label=name)
