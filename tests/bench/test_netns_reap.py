@@ -1,21 +1,14 @@
 """reap_stale() removes networks of killed runs and leaves live ones alone."""
-import importlib.util
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_modules import load
 
 
 @pytest.fixture(scope="module")
 def netns():
-    spec = importlib.util.spec_from_file_location("netns", BENCH / "netns.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["netns"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load("netns")
 
 
 def links() -> str:

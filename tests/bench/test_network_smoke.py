@@ -2,22 +2,11 @@
 
 Asserts bytes only (never time): Grappa's training traffic is exactly the gradient-only floor, and
 the full-communication baseline moves the same gradients plus fetched rows."""
-import importlib.util
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench_modules import load
 
 
 @pytest.fixture(scope="module")

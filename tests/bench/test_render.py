@@ -1,17 +1,6 @@
 """The benchmark pages compute their ratios and medians from the JSON runs they are given."""
-import importlib.util
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench_modules import load
 
 
 def cell(seconds: float, nbytes: int, params: int = 100) -> dict:

@@ -1,6 +1,5 @@
 """The full-communication baseline: exact full-graph gradients from P fetching workers."""
 import json
-import threading
 
 import pytest
 import torch
@@ -8,38 +7,17 @@ import torch
 from grappa.chunks import ChunkStore
 from grappa.config import TrainConfig
 from grappa.data import load_dataset
-from grappa.fullcomm import ThreadPeers
 from grappa.models import GNN
 from grappa.prepare import prepare_store
 from grappa.reducer import combine
 from grappa.rounds import RoundDecision
 from grappa.shard import Shard
 from grappa.single import full_graph_gradient
+from threaded_shards import run_shards
 
 
 def run_workers(cfg: TrainConfig, state: dict, num_classes: int, num_features: int):
-    """P shards as threads, each with its own replica of the model, fetching through memory."""
-    store = ChunkStore(cfg.store_path)
-    hub = ThreadPeers(cfg.partitions)
-    results, errors = [None] * cfg.partitions, []
-
-    def work(i: int) -> None:
-        try:
-            model = GNN(cfg.model, num_features, num_classes)
-            model.load_state_dict(state)
-            shard = Shard(cfg, i + 1, store, model, hub.bind(i))
-            shard.setup_round(RoundDecision(0, 0, 0))
-            (batch,) = shard.start_epoch(0)
-            results[i] = shard.contribute(batch, 1.0)
-        except Exception as e:  # surfaced below; a hung peer would time out instead
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(cfg.partitions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _, results, hub = run_shards(cfg, state, num_features, num_classes)
     return results, hub
 
 

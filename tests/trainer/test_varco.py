@@ -1,20 +1,16 @@
 """VARCO: schedule boundaries, codec algebra, exactness at ratio 1, analytic byte counts."""
 import math
-import threading
 
 import pytest
 import torch
 
 from grappa import varco
-from grappa.chunks import ChunkStore
 from grappa.config import ConfigError, TrainConfig, validate_config
 from grappa.data import load_dataset
-from grappa.fullcomm import ThreadPeers
 from grappa.models import GNN
 from grappa.prepare import prepare_store
 from grappa.reducer import combine
-from grappa.rounds import RoundDecision
-from grappa.shard import Shard
+from threaded_shards import run_shards
 
 
 def test_schedule_boundaries():
@@ -65,27 +61,7 @@ def test_settings_validated():
 
 
 def run_threads(cfg: TrainConfig, state: dict, data):
-    store = ChunkStore(cfg.store_path)
-    hub = ThreadPeers(cfg.partitions)
-    shards, results, errors = [None] * cfg.partitions, [None] * cfg.partitions, []
-
-    def work(i: int) -> None:
-        try:
-            model = GNN(cfg.model, data.num_features, int(data.num_classes))
-            model.load_state_dict(state)
-            s = shards[i] = Shard(cfg, i + 1, store, model, hub.bind(i))
-            s.setup_round(RoundDecision(0, 0, 0))
-            (batch,) = s.start_epoch(0)
-            results[i] = s.contribute(batch, 1.0)
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(cfg.partitions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    shards, results, _ = run_shards(cfg, state, data.num_features, int(data.num_classes))
     return combine([c.grad_sum for c in results], [c.weight_sum for c in results]), shards
 
 

@@ -5,7 +5,7 @@ import json
 import logging
 import os
 
-from .config import TrainConfig
+from .config import RoundsConfig, TrainConfig
 from .metrics import TrainerMetrics, metrics_port_for
 
 
@@ -42,7 +42,6 @@ def run_aggregator(cfg: TrainConfig) -> dict:
         rounds, sink = ScheduleRounds(cfg.grappa.rounds, cfg.grappa.partition_seed), None
     if cfg.strategy != "grappa":
         # Rounds are Grappa's; other strategies keep the partitions fixed whatever is scheduled.
-        from .config import RoundsConfig
         rounds = ScheduleRounds(RoundsConfig(every=0), cfg.grappa.partition_seed)
     link = Link.from_env()
     try:

@@ -165,13 +165,7 @@ class RetexoWorker(Worker):
             elif cmd == proto.CMD_STAGE_END:
                 self.finish_stage(int(stage))
             elif cmd == proto.CMD_EPOCH:
-                self.run_epoch(int(epoch), int(steps), float(wbar))
-                self.send_epoch_report()
-                if do_eval:
-                    self.evaluate()
-                if self.metrics is not None:
-                    self.metrics.epoch.set(int(epoch) + 1)
-                    self.metrics.observe_bytes(self.link.bytes)
+                self.epoch_command(int(epoch), int(steps), float(wbar), bool(do_eval))
 
 
 # ---- aggregator ------------------------------------------------------------------------------

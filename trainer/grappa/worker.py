@@ -100,6 +100,16 @@ class Worker:
         self.link.send(split_stats(out[:g.num_base], g.y, (g.train_mask, g.val_mask, g.test_mask)),
                        0, "eval")
 
+    def epoch_command(self, epoch: int, steps: int, wbar: float, do_eval: bool) -> None:
+        """One epoch as the aggregator ordered it: train, report, optionally evaluate."""
+        self.run_epoch(epoch, steps, wbar)
+        self.send_epoch_report()
+        if do_eval:
+            self.evaluate()
+        if self.metrics is not None:
+            self.metrics.epoch.set(epoch + 1)
+            self.metrics.observe_bytes(self.link.bytes)
+
     def send_epoch_report(self) -> None:
         """Per-worker bytes since the previous report (so set-up exchanges between epochs count
         too) and peak memory: what the aggregator cannot see (worker-to-worker fetches)."""
@@ -121,13 +131,7 @@ class Worker:
             if cmd == proto.CMD_ROUND:
                 self.setup_round(RoundDecision(int(rnd), int(seed), int(epoch)))
             elif cmd == proto.CMD_EPOCH:
-                self.run_epoch(int(epoch), int(steps), float(wbar))
-                self.send_epoch_report()
-                if do_eval:
-                    self.evaluate()
-                if self.metrics is not None:
-                    self.metrics.epoch.set(int(epoch) + 1)
-                    self.metrics.observe_bytes(self.link.bytes)
+                self.epoch_command(int(epoch), int(steps), float(wbar), bool(do_eval))
 
 
 def split_stats(logits: Tensor, y: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
