@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from grappa.config import (
     CheckpointConfig,
@@ -99,8 +99,15 @@ class SchedulingPolicy(Section):
         None, ge=1, description="scheduler-plugins: how long the gang may wait.")
 
 
+ONE_STORAGE_SOURCE = "set exactly one of claimName or hostPath"
+
+
 class Storage(Section):
     """The shared volume that holds datasets, the chunk store and checkpoints (set exactly one source)."""
+
+    # A CEL rule, so the API server refuses a job without a source at admission, not only the operator.
+    model_config = ConfigDict(**Section.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}]})
 
     claim_name: Optional[str] = Field(
         None, min_length=1, description="PersistentVolumeClaim (ReadWriteMany when pods spread over nodes).")
@@ -113,7 +120,7 @@ class Storage(Section):
     @model_validator(mode="after")
     def _one_source(self) -> "Storage":
         if (self.claim_name is None) == (self.host_path is None):
-            raise ValueError("storage: set exactly one of claimName or hostPath")
+            raise ValueError(f"storage: {ONE_STORAGE_SOURCE}")
         return self
 
 

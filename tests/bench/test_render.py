@@ -42,3 +42,23 @@ def test_strategy_table_bytes_ratio_and_time_per_preset(tmp_path):
     assert "| grappa | 4 | 69.0 | 1,000.0 MB | 0.25x | 10.0 | - |" in lines
     assert any(line.startswith("| single process | 1 | 71.0 |") for line in lines)
     assert (tmp_path / "strategies-accuracy-bytes.png").exists()
+
+
+def test_accuracy_target_judges_complete_settings_only(tmp_path):
+    render = load("render_accuracy")
+    accs = {"single": [0.80, 0.82, 0.81], "Grappa": [0.78, 0.79, 0.80], "UW": [0.81], "FP": []}
+    runs = {f"g|gcn|2|{m}|{s}": {"test_acc": a, "best_epoch": 5 + 10 * s}
+            for m, xs in accs.items() for s, a in enumerate(xs)}
+    runs |= {f"g|sage|2|{m}|{s}": {"test_acc": 0.7, "best_epoch": 50} for m in ("single", "Grappa") for s in range(3)}
+    runs["g|gcn|3|single|0"] = {"test_acc": 0.9, "best_epoch": 3}
+    page = render.render(runs, {}, epochs=100, seeds=3, datasets=["g"], out=tmp_path).read_text()
+    lines = page.splitlines()
+    assert "Grappa within 1 point of single-process (mean over 3 seeds): **1 of 2** fully measured settings." in page
+    assert "- Miss: g GCN-2, -2.0 points (single 81.0 ± 1.0, Grappa 79.0 ± 1.0, UW 81.0)." in lines
+    assert "- Not judged yet (seeds missing): g GCN-3, g SAGE-3." in lines
+    assert "| g | GCN | 2 | 81.0 ± 1.0 | 79.0 ± 1.0 | 81.0 | - | -2.0 | 5 / 15 / 25 |" in lines
+    assert "| g | GCN | 3 | 90.0 | - | - | - | - | - |" in lines
+    # epochs 5 and 15 / 25 and 50, 50, 50 against rounds every 10
+    assert "In 1 of 6 Grappa runs the best-validation epoch comes before the first repartition round" in page
+    assert "Grid status: 14 of 48 " in page
+    assert (tmp_path / "accuracy.png").exists()

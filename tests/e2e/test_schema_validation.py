@@ -69,6 +69,11 @@ CASES = [
      ["spec.storage.hostPath", "should match"]),
     ("missing-storage", "spec.storage", _DELETE,
      ["spec.storage", "Required value"]),
+    # the CRD's CEL rule (x-kubernetes-validations), generated from the Storage model
+    ("storage-without-source", "spec.storage", {"mountPath": "/grappa"},
+     ["spec.storage", "set exactly one of claimName or hostPath"]),
+    ("storage-with-two-sources", "spec.storage", {"claimName": "data", "hostPath": "/srv"},
+     ["spec.storage", "set exactly one of claimName or hostPath"]),
     ("bad-clean-pod-policy", "spec.runPolicy.cleanPodPolicy", "Sometimes",
      ["spec.runPolicy.cleanPodPolicy", "Unsupported value"]),
 ]
@@ -124,13 +129,11 @@ def test_unknown_field_pruned_with_warning(cluster: Cluster, ns: str) -> None:
 
 
 @pytest.mark.parametrize("path,value,reason,text", [
-    # No CEL rule in the CRD: "exactly one of claimName/hostPath" passes the API server.
-    ("spec.storage", {"mountPath": "/grappa"}, "InvalidSpec", "claimName or hostPath"),
     ("spec.grappa.chunks", 2, "InvalidSpec", "grappa.chunks"),
     ("spec.dataset.synthetic.numNodes", 3, "TooManyPartitions", "spec.partitions"),
     # the example is a mini-batch Grappa job with rounds: none of that applies to `full`
     ("spec.strategy", "full", "InvalidSpec", "strategy 'full'"),
-], ids=["storage-without-source", "chunks-below-partitions", "more-partitions-than-nodes",
+], ids=["chunks-below-partitions", "more-partitions-than-nodes",
         "grappa-settings-with-full"])
 def test_schema_admits_but_operator_fails_at_once(cluster: Cluster, release: h.Release, ns: str, path: str,
                                                   value: Any, reason: str, text: str) -> None:

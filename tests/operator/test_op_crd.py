@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from grappa_operator import crdgen
@@ -211,3 +212,16 @@ def test_crd_rejects_what_the_model_rejects():
         assert any(path.split(".")[0] in p for p in problems), problems
     assert _violations(spec_schema, {"storage": {"hostPath": "/srv"}, "partitions": 4,
                                      "worker": {"resources": {"requests": {"cpu": 1, "memory": "1Gi"}}}}) == []
+
+
+def test_storage_source_rule_is_in_the_crd():
+    """The one cross-field rule the API server can check (CEL) says what the model's validator says."""
+    from grappa_operator.api import ONE_STORAGE_SOURCE, parse_spec
+    from grappa_operator.errors import SpecError
+    crd = yaml.safe_load(crdgen.render())
+    storage = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"]
+    assert storage["x-kubernetes-validations"] == [
+        {"rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}]
+    for bad in ({"mountPath": "/grappa"}, {"claimName": "data", "hostPath": "/srv"}):
+        with pytest.raises(SpecError, match=ONE_STORAGE_SOURCE):
+            parse_spec({"storage": bad})
