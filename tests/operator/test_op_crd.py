@@ -215,7 +215,7 @@ def test_crd_rejects_what_the_model_rejects():
 
 
 def test_storage_source_rule_is_in_the_crd():
-    """The one cross-field rule the API server can check (CEL) says what the model's validator says."""
+    """The storage rule as CEL in the CRD says what the model's validator says."""
     from grappa_operator.api import ONE_STORAGE_SOURCE, parse_spec
     from grappa_operator.errors import SpecError
     crd = yaml.safe_load(crdgen.render())
