@@ -29,7 +29,7 @@ from grappa.fidelity import gradient_fidelity  # noqa: E402
 from grappa.prepare import prepare_store  # noqa: E402
 from grappa.simulate import Simulation  # noqa: E402
 from grappa.single import train_single  # noqa: E402
-from render_accuracy import METHODS as METHOD_ORDER, render  # noqa: E402
+from render_accuracy import ARCHS, DEPTHS, METHODS as METHOD_ORDER, render  # noqa: E402
 
 DATASETS = ["cora", "citeseer", "coauthor-physics", "amazon-computers"]
 METHODS = {
@@ -69,8 +69,8 @@ def run_one(cfg: TrainConfig, method: str, data) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--archs", default="gcn,sage")
-    ap.add_argument("--layers", default="2,3")
+    ap.add_argument("--archs", default=",".join(ARCHS))
+    ap.add_argument("--layers", default=",".join(map(str, DEPTHS)))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--methods", default=",".join(METHODS))
