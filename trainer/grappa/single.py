@@ -67,7 +67,7 @@ def train_single(cfg: TrainConfig, data: Data,
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
         opt.step()
-        rec = {"epoch": epoch + 1, "round": 0, "loss": float(loss)}
+        rec = {"epoch": epoch + 1, "round": 0, "loss": float(loss.detach())}
         if (epoch + 1) % cfg.training.eval_every == 0 or epoch == cfg.training.epochs - 1:
             rec.update(evaluate_full(model, data, mg, x))
             if rec["val_acc"] > best["val"]:
