@@ -60,5 +60,25 @@ def test_accuracy_target_judges_complete_settings_only(tmp_path):
     assert "| g | GCN | 3 | 90.0 | - | - | - | - | - |" in lines
     # epochs 5 and 15 / 25 and 50, 50, 50 against rounds every 10
     assert "In 1 of 6 Grappa runs the best-validation epoch comes before the first repartition round" in page
-    assert "Grid status: 14 of 48 " in page
+    assert "Grid status: 14 of 48 (dataset, model, depth, method, seed) runs measured; cells with" in page
     assert (tmp_path / "accuracy.png").exists()
+
+
+def test_accuracy_contrasts_use_settings_complete_for_both_methods(tmp_path):
+    render = load("render_accuracy")
+    per_setting = {  # (arch, layers): Grappa, UW, FP per seed; UW short of seeds in SAGE-3
+        ("gcn", 2): ([0.80] * 3, [0.79] * 3, [0.70] * 3),
+        ("gcn", 3): ([0.80] * 3, [0.82] * 3, [0.79] * 3),
+        ("sage", 2): ([0.80] * 3, [0.78] * 3, [0.81] * 3),
+        ("sage", 3): ([0.80] * 3, [0.50], [0.80] * 3)}
+    runs = {f"g|{arch}|{layers}|{m}|{s}": {"test_acc": a, "best_epoch": 20}
+            for (arch, layers), accs in per_setting.items()
+            for m, xs in zip(("Grappa", "UW", "FP"), accs) for s, a in enumerate(xs)}
+    page = render.render(runs, {}, epochs=100, seeds=3, datasets=["g"], out=tmp_path).read_text()
+    lines = page.splitlines()
+    uw = next(line for line in lines if line.startswith("| UW |"))
+    fp = next(line for line in lines if line.startswith("| FP |"))
+    # UW: +1, -2, +2 over 3 complete settings; FP: +10, +1, -1, 0 over 4
+    assert uw.endswith("| 3 | 2 | +0.3 | +1.0 | -2.0 to +2.0 |")
+    assert fp.endswith("| 4 | 2 | +2.5 | +0.5 | -1.0 to +10.0 |")
+    assert "Grid status: 34 of 48 (dataset, model, depth, method, seed) runs measured; cells" in page
