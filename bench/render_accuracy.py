@@ -43,10 +43,15 @@ def mean_sd(xs: list[float]) -> str:
     return f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
 
 
-def gap_points(accs: dict) -> float | None:
-    if not (accs["Grappa"] and accs["single"]):
+def gap_points(accs: dict, against: str = "single") -> float | None:
+    """Grappa's mean minus another method's, in points; None while either has no run."""
+    if not (accs["Grappa"] and accs[against]):
         return None
-    return 100 * (statistics.mean(accs["Grappa"]) - statistics.mean(accs["single"]))
+    return 100 * (statistics.mean(accs["Grappa"]) - statistics.mean(accs[against]))
+
+
+def has_all_seeds(accs: dict, methods: tuple[str, ...], seeds: int) -> bool:
+    return all(len(accs[m]) >= seeds for m in methods)
 
 
 def setting_name(setting: tuple) -> str:
@@ -56,7 +61,7 @@ def setting_name(setting: tuple) -> str:
 
 def target_summary(rows: dict, seeds: int, datasets: list[str]) -> list[str]:
     """Judge only settings where both single and Grappa have every seed; list the rest as pending."""
-    complete = {s: a for s, a in rows.items() if len(a["single"]) >= seeds and len(a["Grappa"]) >= seeds}
+    complete = {s: a for s, a in rows.items() if has_all_seeds(a, ("single", "Grappa"), seeds)}
     misses = {s: gap_points(a) for s, a in complete.items() if gap_points(a) < -TARGET_POINTS}
     pending = sorted(set(itertools.product(datasets, ARCHS, DEPTHS)) - set(complete))
     lines = ["## Target", "",
@@ -83,8 +88,7 @@ def contrasts(rows: dict, seeds: int) -> list[str]:
              "| Grappa vs | isolates | settings | Grappa higher in | mean | median | range |",
              "|---|---|---|---|---|---|---|"]
     for other, isolates in CONTRASTS:
-        gaps = [100 * (statistics.mean(a["Grappa"]) - statistics.mean(a[other]))
-                for a in rows.values() if len(a["Grappa"]) >= seeds and len(a[other]) >= seeds]
+        gaps = [gap_points(a, other) for a in rows.values() if has_all_seeds(a, ("Grappa", other), seeds)]
         if not gaps:
             lines.append(f"| {other} | {isolates} | 0 | - | - | - | - |")
             continue

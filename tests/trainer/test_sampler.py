@@ -312,10 +312,9 @@ def test_make_sampler_falls_back_to_ours() -> None:
         assert isinstance(make_sampler(ei, 20, [2, 2]), NeighborSampler)
 
 
+@pytest.mark.skipif(not pyg_sampling_available(),
+                    reason="PyG sampling needs pyg-lib or torch-sparse (no wheels for this torch)")
 def test_pyg_backend_same_contract() -> None:
-    pytest.importorskip("torch_geometric", reason="PyG not installed")
-    if not pyg_sampling_available():
-        pytest.skip("PyG sampling needs pyg-lib or torch-sparse (no wheels for this torch)")
     from grappa.sampling import PygNeighborSampler
 
     ei = random_graph(400, 3000, seed=11)
