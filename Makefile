@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd bench-accuracy bench-network bench-strategies clean-data
+.PHONY: venv demo test test-unit crd bench-accuracy bench-network bench-strategies bench-scale clean-data
 
 venv: $(VENV)/.ready
 
@@ -55,6 +55,13 @@ bench-strategies: venv
 
 bench-accuracy: venv
 	$(PY) bench/accuracy.py --epochs 100
+
+# Each scale checks the free disk first and deletes its store once measured (RMAT-26 needs ~40 GB
+# at its peak); the in-memory design is the previous commit's code, exported with git archive.
+bench-scale: venv
+	$(PY) bench/scale.py --design in-memory --scales 17,18,19
+	$(PY) bench/scale.py --design streaming --feature-dtype float32 --scales 17,18,19,20,22
+	$(PY) bench/scale.py --design streaming --feature-dtype float16 --scales 17,18,19,20,22,24,26
 
 clean-data:
 	rm -rf .data runs

@@ -15,6 +15,7 @@ from grappa.config import (
     DatasetConfig,
     GrappaConfig,
     ModelConfig,
+    PrepareConfig,
     Section,
     Strategy,
     TrainConfig,
@@ -139,6 +140,8 @@ class GrappaJobSpec(Section):
                                description="Activation compression (strategy varco only).")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="Checkpoints (written under runDir on the storage volume).")
+    prepare: PrepareConfig = Field(default_factory=PrepareConfig,
+                                   description="How the prepare pod streams the dataset into the chunk store.")
     storage: Storage = Field(..., description="Shared volume mounted in every pod.")
     metrics_port: int = Field(9400, ge=0, le=65535,
                               description="Prometheus port of every trainer pod; 0 = off.")
@@ -165,6 +168,7 @@ class GrappaJobSpec(Section):
             grappa=self.grappa,
             varco=self.varco,
             checkpoint=self.checkpoint,
+            prepare=self.prepare,
             run_dir=run_dir,
             store_dir=store_dir,
             metrics_port=self.metrics_port,

@@ -16,7 +16,8 @@ from . import settings as s
 from .api import GrappaJobSpec, PodSettings
 from .errors import SpecError
 
-# Node counts of the built-in datasets (PyG versions), to refuse P > nodes before any pod starts.
+# Node counts of the built-in (PyG versions) and OGB datasets, to refuse P > nodes before any
+# pod starts. A user's arrays are only counted by the prepare pod.
 KNOWN_NODE_COUNTS = {
     "cora": 2708,
     "citeseer": 3327,
@@ -24,6 +25,9 @@ KNOWN_NODE_COUNTS = {
     "coauthor-physics": 34493,
     "amazon-computers": 13752,
     "amazon-photo": 7650,
+    "ogbn-arxiv": 169343,
+    "ogbn-products": 2449029,
+    "ogbn-papers100M": 111059956,
 }
 
 # Variables the operator owns; a user env entry may not replace them (it would break rendezvous).
@@ -89,8 +93,9 @@ def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
     if nodes is not None and chunks is not None and chunks > nodes:
         raise SpecError("TooManyChunks", f"spec.grappa.chunks ({chunks}) exceeds the {nodes} nodes "
                         f"of dataset {spec.dataset.name!r}")
-    if spec.dataset.name == "file" and not spec.dataset.path:
-        raise SpecError("InvalidSpec", "spec.dataset.path is required when spec.dataset.name is 'file'")
+    if spec.dataset.name in ("file", "arrays") and not spec.dataset.path:
+        raise SpecError("InvalidSpec", f"spec.dataset.path is required when spec.dataset.name is "
+                        f"'{spec.dataset.name}'")
     if spec.metrics_port and spec.metrics_port == spec.master_port:
         raise SpecError("InvalidPort", f"spec.masterPort ({spec.master_port}) equals spec.metricsPort: "
                         "the aggregator listens on both")
@@ -203,6 +208,10 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
     """One trainer pod: prepare (rank None), aggregator (rank 0) or worker (rank 1..P)."""
     settings_ = spec.worker if role == s.ROLE_WORKER else spec.aggregator
     cfg = train_config(job, spec)
+    threads = cpu_threads(settings_)
+    if role == s.ROLE_PREPARE and cfg.prepare.workers is None and threads is not None:
+        # the node's CPU count is not the pod's CPU budget (a copy: cfg shares sections with spec)
+        cfg.prepare = cfg.prepare.model_copy(update={"workers": threads})
     name = pod_name(job, role, rank or 0)
     lbls = labels(job, role, rank, attempt)
     annotations: dict[str, str] = {}

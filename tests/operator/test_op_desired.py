@@ -143,6 +143,8 @@ def test_gang_scheduling(job):
     ("job", {"partitions": 4, "dataset": {"name": "cora"}, "grappa": {"chunks": 5000}}, "spec.grappa.chunks"),
     ("job", {"partitions": 4, "dataset": {"name": "rmat", "synthetic": {"scale": 4}}, "grappa": {"chunks": 17}},
      "spec.grappa.chunks"),
+    ("job", {"partitions": 200, "dataset": {"name": "ogbn-arxiv"}, "grappa": {"chunks": 200_000}},
+     "spec.grappa.chunks"),
     ("job", {"metricsPort": 29500}, "spec.masterPort"),
     ("Bad_Name", {}, "metadata.name"),
     ("x" * 60, {}, "metadata.name"),
@@ -167,3 +169,16 @@ def test_torch_threads_follow_the_cpu_budget(job, cpu, threads):
     res = {"limits": {"cpu": cpu}} if cpu is not None else {}
     w = desired.group_pods(job, make_spec(worker={"resources": res}), 0)[1]
     assert env_of(w).get("GRAPPA_THREADS") == threads
+
+
+@pytest.mark.parametrize("cpu,workers,want", [(None, None, None), (3, None, 3), ("500m", None, 1), (3, 2, 2)])
+def test_prepare_workers_follow_the_prepare_pods_cpu_budget(job, cpu, workers, want):
+    """The node's CPU count is not the pod's: unless set, prepare runs one process per CPU it may use."""
+    over = {"aggregator": {"resources": {"limits": {"cpu": cpu}}} if cpu is not None else {}}
+    if workers is not None:
+        over["prepare"] = {"workers": workers}
+    spec = make_spec(**over)
+    cfg = json.loads(env_of(desired.prepare_pod(job, spec, 0))["GRAPPA_CONFIG"])
+    assert cfg["prepare"].get("workers") == want
+    others = json.loads(env_of(desired.group_pods(job, spec, 0)[1])["GRAPPA_CONFIG"])
+    assert others["prepare"].get("workers") == workers  # only the prepare pod's config changes

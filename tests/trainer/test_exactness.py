@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from grappa.chunks import ChunkStore
+from grappa.chunks.store import ChunkStore
 from grappa.config import ModelConfig, TrainConfig
 from grappa.coverage import coverage
 from grappa.data import load_dataset

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from grappa.chunks import ChunkStore
+from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
 from grappa.data import load_dataset
 from grappa.models import GNN

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grappa.chunks import ChunkStore
+from grappa.chunks.store import ChunkStore
 from grappa.config import ConfigError, TrainConfig, validate_config
 from grappa.launcher import LocalJob
 from grappa.local_graph import build_local_graph

@@ -2,7 +2,7 @@
 memory (ThreadPeers): the full-communication paths without gloo."""
 import threading
 
-from grappa.chunks import ChunkStore
+from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
 from grappa.fullcomm import ThreadPeers
 from grappa.models import GNN

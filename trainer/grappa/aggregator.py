@@ -15,7 +15,7 @@ import torch
 
 from . import protocol as proto
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .chunks import ChunkStore
+from .chunks.store import ChunkStore
 from .config import TrainConfig, dump_config
 from .models import GNN
 from .params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads

@@ -31,6 +31,8 @@ FLAGS = {
     "partition_seed": ("grappa.partition_seed", int), "rounds_every": ("grappa.rounds.every", int),
     "pairing": ("grappa.rounds.pairing", str), "checkpoint_interval": ("checkpoint.interval", int),
     "run_dir": ("run_dir", str), "store_dir": ("store_dir", str), "metrics_port": ("metrics_port", int),
+    "feature_dtype": ("dataset.feature_dtype", str), "block_edges": ("prepare.block_edges", int),
+    "prepare_workers": ("prepare.workers", int),
 }
 
 
@@ -78,8 +80,13 @@ def setup_logging() -> None:
 def cmd_prepare(cfg: TrainConfig) -> int:
     from .prepare import prepare_store
     manifest = prepare_store(cfg, progress=True)
-    print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']} nodes in "
-          f"{manifest['num_chunks']} chunks")
+    print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
+          f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
+    run = manifest.get("prepare")
+    if run:  # how the store was made (also when it was made earlier)
+        peak = run["peak_rss_bytes"]["parent"] + sum(run["peak_rss_bytes"]["workers"])
+        print(f"prepared in {run['seconds']:.1f} s with {run['workers']} worker(s); peak memory "
+              f"{peak / 2**30:.2f} GiB at most (parent + workers)")
     return 0
 
 

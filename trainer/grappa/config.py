@@ -18,7 +18,8 @@ BUILTIN_DATASETS = (
     "cora", "citeseer", "coauthor-cs", "coauthor-physics", "amazon-computers", "amazon-photo",
 )
 SYNTHETIC_DATASETS = ("csbm", "rmat")
-DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + ("file",)
+OGB_DATASETS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + OGB_DATASETS + ("arrays", "file")
 
 STRATEGIES = ("grappa", "full", "varco", "retexo")
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -47,23 +48,79 @@ class SyntheticConfig(Section):
     seed: int = Field(0, ge=0, description="Seed of the generator.")
 
 
+class ArraysConfig(Section):
+    """The Grappa arrays format: a user's graph as .npy files in one folder (README, "Your own
+    graph"). File names are relative to that folder; edge entries may be glob patterns."""
+
+    edges: Optional[list[str]] = Field(
+        None, description="[2, E] int32/int64 edge arrays (src row, dst row), one or several part "
+                          "files; default edges.npy unless src/dst are given.")
+    src: list[str] = Field(default_factory=list, description="Source-id arrays [E], paired in order with dst.")
+    dst: list[str] = Field(default_factory=list, description="Destination-id arrays [E].")
+    features: str = Field("features.npy", description="[n, f] float32 or float16 node features.")
+    labels: str = Field("labels.npy", description="[n] integer labels; -1 marks an unlabelled node.")
+    train: str = Field("train.npy", description="Training nodes: a bool mask [n] or an index array.")
+    val: str = Field("val.npy", description="Validation nodes: a bool mask [n] or an index array.")
+    test: str = Field("test.npy", description="Test nodes: a bool mask [n] or an index array.")
+    num_classes: Optional[int] = Field(
+        None, ge=2, description="Number of classes (default: the largest label + 1).")
+
+    @model_validator(mode="after")
+    def _one_edge_layout(self) -> "ArraysConfig":
+        if self.src or self.dst:
+            if self.edges is not None:
+                raise ValueError("dataset.arrays: give either edges or src/dst, not both")
+            if len(self.src) != len(self.dst):
+                raise ValueError(f"dataset.arrays.src has {len(self.src)} files but dst has "
+                                 f"{len(self.dst)}: pair every src file with one dst file")
+        return self
+
+
 class DatasetConfig(Section):
     name: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
-        "csbm", description="Built-in dataset, synthetic generator, or 'file' for a saved PyG Data.")
+        "csbm", description="Built-in dataset, synthetic generator, OGB node dataset (ogbn-*), "
+                            "'arrays' for your own .npy files, or 'file' for a saved PyG Data.")
     root: Optional[str] = Field(
         None, description="Folder holding the datasets (defaults to $GRAPPA_DATA_ROOT, then ./data).")
     download: bool = Field(
-        False, description="Allow downloading a built-in dataset that is not under root.")
+        False, description="Allow downloading a built-in or OGB dataset that is not under root.")
     path: Optional[str] = Field(
-        None, description="For name=file: path to a torch.save'd torch_geometric.data.Data.")
+        None, description="name=file: a torch.save'd torch_geometric.data.Data; name=arrays: the "
+                          "folder of .npy files (relative paths: under root).")
     split_seed: int = Field(0, ge=0, description="Seed of the split for datasets without a public one.")
+    feature_dtype: Literal["float32", "float16"] = Field(
+        "float32", description="How the chunk store keeps features (float16 halves the disk and "
+                               "page cache; workers compute in float32).")
+    add_inverse_edges: Optional[bool] = Field(
+        None, description="ogbn-* and arrays: also store the reverse of every edge (default: OGB's "
+                          "own choice per dataset; false for arrays).")
+    arrays: ArraysConfig = Field(default_factory=ArraysConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
 
     @model_validator(mode="after")
-    def _path_for_file(self) -> "DatasetConfig":
-        if self.name == "file" and not self.path:
-            raise ValueError("dataset.path is required when dataset.name is 'file'")
+    def _settings_fit_the_dataset(self) -> "DatasetConfig":
+        if self.name in ("file", "arrays") and not self.path:
+            what = "a saved PyG Data file" if self.name == "file" else "the folder of .npy files"
+            raise ValueError(f"dataset.path is required when dataset.name is '{self.name}' ({what})")
+        if self.name != "arrays" and self.arrays != ArraysConfig():
+            raise ValueError(f"dataset.arrays applies to dataset.name 'arrays' only (name is "
+                             f"{self.name!r}): remove it or set name: arrays")
+        if self.add_inverse_edges is not None and self.name not in OGB_DATASETS + ("arrays",):
+            raise ValueError(f"dataset.addInverseEdges applies to ogbn-* and arrays only; dataset "
+                             f"{self.name!r} is already stored with both directions: remove it")
         return self
+
+
+class PrepareConfig(Section):
+    """How `grappa prepare` runs; never part of what the store contains."""
+
+    block_edges: int = Field(
+        1 << 22, ge=1 << 10, le=1 << 30,
+        description="Edges one process holds at a time: prepare's peak memory is about "
+                    "(workers + 1) x 64 bytes x blockEdges plus the runtime, whatever the graph size.")
+    workers: Optional[int] = Field(
+        None, ge=1, le=64, description="Processes for the edge and finalise passes (default: the "
+                                       "CPUs this process may use, at most 4).")
 
 
 class ModelConfig(Section):
@@ -164,6 +221,7 @@ class TrainConfig(Section):
     grappa: GrappaConfig = Field(default_factory=GrappaConfig)
     varco: VarcoConfig = Field(default_factory=VarcoConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     run_dir: str = Field("runs/latest", description="Where reports, metrics and checkpoints go.")
     store_dir: Optional[str] = Field(
         None, description="Chunk store folder (default: <runDir>/store).")

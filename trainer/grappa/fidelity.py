@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 import torch
 import torch.nn.functional as F
 
-from .chunks import ChunkStore
+from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .models import GNN, build_message_graph
 from .prepare import prepare_store

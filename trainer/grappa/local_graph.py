@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .chunks import ChunkStore
+from .chunks.store import ChunkStore
 
 
 @dataclass
@@ -60,7 +60,7 @@ def build_local_graph(store: ChunkStore, base: Sequence[int],
         owned_chunks.append(store.load_chunk(variable))
 
     owned = torch.cat([c.nodes for c in owned_chunks])
-    edges = torch.cat([torch.cat([c.intra, c.bridge], dim=1) for c in owned_chunks], dim=1)
+    edges = torch.cat([c.edge_index for c in owned_chunks], dim=1)
     src = edges[0]
     owned_sorted = torch.sort(owned).values
     pos = torch.searchsorted(owned_sorted, src).clamp(max=owned_sorted.numel() - 1)

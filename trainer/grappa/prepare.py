@@ -1,9 +1,9 @@
-"""`grappa prepare`: load the dataset and write the chunk store, once per (dataset, K, seed)."""
+"""`grappa prepare`: stream the dataset into the chunk store, once per (dataset, K, seed)."""
 from __future__ import annotations
 
 import json
 
-from .chunks import is_prepared, prepare
+from .chunks import is_prepared, prepare, read_manifest
 from .config import TrainConfig
 
 
@@ -16,10 +16,12 @@ def store_source(cfg: TrainConfig) -> dict:
 
 
 def prepare_store(cfg: TrainConfig, progress: bool = True) -> dict:
-    source = store_source(cfg)
+    source_id = store_source(cfg)
     store = cfg.store_path
-    if is_prepared(store, source, cfg.num_chunks, cfg.grappa.partition_seed):
-        return json.loads((store / "manifest.json").read_text())
-    from .data import load_dataset
-    data = load_dataset(cfg.dataset)
-    return prepare(data, store, cfg.num_chunks, cfg.grappa.partition_seed, source, progress=progress)
+    if is_prepared(store, source_id, cfg.num_chunks, cfg.grappa.partition_seed):
+        return read_manifest(store)
+    from .sources import open_source
+    source = open_source(cfg.dataset, progress=progress)
+    return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
+                   feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
+                   workers=cfg.prepare.workers, progress=progress)

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .chunks import ChunkStore
+from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .coverage import coverage
 from .local_graph import LocalGraph, build_local_graph

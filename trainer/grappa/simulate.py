@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import torch
 
 from .aggregator import apply_messages, make_optimizer
-from .chunks import ChunkStore
+from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .data import load_dataset
 from .models import GNN

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import protocol as proto
-from .chunks import ChunkStore
+from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .fullcomm import LinkPeers
 from .local_graph import build_local_graph

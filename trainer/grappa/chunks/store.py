@@ -1,6 +1,7 @@
-"""Reader of the chunk store: every file is checked against the manifest before use."""
+"""Reader of the chunk store (format 2): every file is checked against the manifest before use."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,26 +10,47 @@ import numpy as np
 import torch
 
 from grappa.chunks.errors import ChunkStoreError
-from grappa.chunks.manifest import CHUNK_OF, chunk_dir, file_digest, read_manifest
+from grappa.chunks.manifest import CHUNK_OF, chunk_dir, read_manifest
+from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 
 # Files whose checksum already matched in this process: (path, sha256) -> size. Hash once.
 _VERIFIED: dict[tuple[str, str], int] = {}
+_FIX = "the store must be re-prepared (delete it and run `grappa prepare`)"
 
 
 @dataclass
 class Chunk:
-    """One chunk as tensors; `intra` and `bridge` hold global ids, shape [2, E]."""
+    """One chunk as tensors. In-edges are CSR by destination over `nodes`: node i's sources are
+    indices[indptr[i]:indptr[i+1]] (global ids)."""
 
     k: int
     nodes: torch.Tensor        # int64 [n_k], sorted global ids
-    intra: torch.Tensor        # int64 [2, E_k], src and dst in the chunk
-    bridge: torch.Tensor       # int64 [2, B_k], src outside, dst inside
+    indptr: torch.Tensor       # int64 [n_k + 1]
+    indices: torch.Tensor      # int64 [E_k] global source ids
     x: torch.Tensor            # float32 [n_k, f]
-    y: torch.Tensor            # int64 [n_k]
+    y: torch.Tensor            # int64 [n_k], -1 = unlabelled
     train_mask: torch.Tensor   # bool [n_k]
     val_mask: torch.Tensor
     test_mask: torch.Tensor
-    in_degree: torch.Tensor    # int64 [n_k], global in-degree, self-loops excluded
+
+    @property
+    def in_degree(self) -> torch.Tensor:
+        """Global in-degree (self-loops excluded): every in-edge of a node lives in its chunk."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """int64 [2, E_k] global (src, dst) of every in-edge of the chunk's nodes."""
+        return torch.stack([self.indices, torch.repeat_interleave(self.nodes, self.in_degree)])
+
+
+def _data_digest(path: Path, offset: int, block: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while buf := fh.read(block):
+            h.update(buf)
+    return h.hexdigest()
 
 
 class ChunkStore:
@@ -43,49 +65,63 @@ class ChunkStore:
         self.bytes_hashed = 0
         self._chunk_of: torch.Tensor | None = None
         self._nodes: dict[int, np.ndarray] = {}
+        self._maps: dict[str, np.ndarray] = {}
 
-    def _verified(self, rel: str, expected: dict[str, Any]) -> Path:
-        """Path of a file whose size and sha256 match the manifest, else ChunkStoreError."""
+    def _verified(self, rel: str, expected: dict[str, Any]) -> np.ndarray:
+        """The file as a read-only memory map, after its header and data checksum matched."""
         path = self.path / rel
-        fix = "the store must be re-prepared (delete it and run `grappa prepare`)"
         if not path.is_file():
-            raise ChunkStoreError(f"chunk store file {path} is missing; {fix}")
+            raise ChunkStoreError(f"chunk store file {path} is missing; {_FIX}")
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise ChunkStoreError(f"chunk store file {path} is corrupt ({err}); {_FIX}") from None
+        if arr.dtype.str != expected["dtype"] or list(arr.shape) != expected["shape"]:
+            raise ChunkStoreError(f"chunk store file {path} is corrupt (dtype/shape {arr.dtype.str} "
+                                  f"{list(arr.shape)}, manifest says {expected['dtype']} "
+                                  f"{expected['shape']}); {_FIX}")
         size = path.stat().st_size
         key = (str(path.resolve()), expected["sha256"])
-        if _VERIFIED.get(key) == size:
-            return path
-        if size == expected["bytes"]:
-            digest = file_digest(path)
-            self.bytes_hashed += size
-        if size != expected["bytes"] or digest["sha256"] != expected["sha256"]:
-            raise ChunkStoreError(
-                f"chunk store file {path} is corrupt (size or sha256 differs from manifest.json); {fix}")
-        _VERIFIED[key] = size
-        return path
+        if _VERIFIED.get(key) != size:
+            offset = arr.offset
+            if size - offset != expected["data_bytes"] or \
+                    _data_digest(path, offset) != expected["sha256"]:
+                raise ChunkStoreError(
+                    f"chunk store file {path} is corrupt (size or sha256 differs from manifest.json); {_FIX}")
+            self.bytes_hashed += size - offset
+            _VERIFIED[key] = size
+        return arr
 
-    def _load(self, k: int, name: str, mmap: bool = False) -> np.ndarray:
+    def _array(self, k: int, name: str) -> np.ndarray:
+        """Chunk k's file as a verified, read-only memory map (opened once per store object)."""
         if not 0 <= k < self.num_chunks:
             raise ChunkStoreError(f"chunk {k} does not exist: the store has {self.num_chunks} chunks")
         rel = f"{chunk_dir(k)}/{name}"
-        path = self._verified(rel, self.manifest["chunks"][k]["files"][name])
-        arr = np.load(path, mmap_mode="r" if mmap else None)
-        if not mmap:
-            self.bytes_read += arr.nbytes
+        if rel not in self._maps:
+            self._maps[rel] = self._verified(rel, self.manifest["chunks"][k]["files"][name])
+        return self._maps[rel]
+
+    def _load(self, k: int, name: str) -> np.ndarray:
+        arr = np.array(self._array(k, name))
+        self.bytes_read += arr.nbytes
         return arr
 
     def load_chunk(self, k: int) -> Chunk:
-        t = {name: torch.from_numpy(self._load(k, name + ".npy"))
-             for name in ("nodes", "intra", "bridge", "x", "y", "masks", "in_degree")}
-        masks = t.pop("masks")
-        return Chunk(k=k, **t, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
+        split = torch.from_numpy(self._load(k, "split.npy"))
+        return Chunk(
+            k=k, nodes=torch.from_numpy(self._load(k, "nodes.npy")).long(),
+            indptr=torch.from_numpy(self._load(k, "indptr.npy")),
+            indices=torch.from_numpy(self._load(k, "indices.npy")).long(),
+            x=torch.from_numpy(self._load(k, "x.npy")).float(),
+            y=torch.from_numpy(self._load(k, "y.npy")).long(),
+            train_mask=split == SPLIT_TRAIN, val_mask=split == SPLIT_VAL, test_mask=split == SPLIT_TEST)
 
     def chunk_of(self) -> torch.Tensor:
         """Chunk id per global node (int64 [num_nodes])."""
         if self._chunk_of is None:
-            path = self._verified(CHUNK_OF, self.manifest["chunk_of"])
-            arr = np.load(path)
+            arr = np.array(self._verified(CHUNK_OF, self.manifest["chunk_of"]))
             self.bytes_read += arr.nbytes
-            self._chunk_of = torch.from_numpy(arr)
+            self._chunk_of = torch.from_numpy(arr).long()
         return self._chunk_of
 
     def load_node_rows(self, global_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,9 +143,10 @@ class ChunkStore:
                 self._nodes[k] = self._load(k, "nodes.npy")
             rows = np.searchsorted(self._nodes[k], ids[pos].numpy())
             sort = np.argsort(rows, kind="stable")  # ascending rows: sequential reads
-            xr = self._load(k, "x.npy", mmap=True)[rows[sort]]
-            dr = self._load(k, "in_degree.npy", mmap=True)[rows[sort]]
-            self.bytes_read += xr.nbytes + dr.nbytes
-            x[pos[torch.from_numpy(sort)]] = torch.from_numpy(np.ascontiguousarray(xr))
+            x_map, indptr = self._array(k, "x.npy"), self._array(k, "indptr.npy")
+            xr = np.asarray(x_map[rows[sort]], dtype=np.float32)
+            dr = indptr[rows[sort] + 1] - indptr[rows[sort]]
+            self.bytes_read += xr.shape[0] * x_map.strides[0] + 2 * indptr.itemsize * dr.size
+            x[pos[torch.from_numpy(sort)]] = torch.from_numpy(xr)
             deg[pos[torch.from_numpy(sort)]] = torch.from_numpy(np.ascontiguousarray(dr))
         return x, deg

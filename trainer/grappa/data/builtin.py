@@ -1,14 +1,12 @@
 """Built-in real datasets read through PyG from a local root laid out like shared/datasets."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from torch_geometric.data import Data
 
 from grappa.config import DatasetConfig
 from grappa.data.errors import DatasetError
 from grappa.data.splits import per_class_split
+from grappa.sources import data_root
 
 # name -> (sub-folder, PyG class name, PyG dataset name, raw files PyG needs)
 _PLANETOID_RAW = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -21,11 +19,6 @@ BUILTINS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "amazon-computers": ("amazon", "Amazon", "Computers", ("amazon_electronics_computers.npz",)),
     "amazon-photo": ("amazon", "Amazon", "Photo", ("amazon_electronics_photo.npz",)),
 }
-
-
-def data_root(cfg: DatasetConfig) -> Path:
-    """dataset.root, else $GRAPPA_DATA_ROOT, else ./data."""
-    return Path(cfg.root or os.environ.get("GRAPPA_DATA_ROOT") or "data")
 
 
 def load_builtin(cfg: DatasetConfig) -> Data:

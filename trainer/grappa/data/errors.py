@@ -1,5 +1,4 @@
-"""The one error type of dataset loading."""
+"""The one error type of dataset loading (defined with the torch-free sources)."""
+from grappa.sources.errors import DatasetError
 
-
-class DatasetError(ValueError):
-    """A dataset cannot be loaded as configured; the message names the field and the fix."""
+__all__ = ["DatasetError"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch_geometric.data import Data
 
-from grappa.config import BUILTIN_DATASETS, DatasetConfig
+from grappa.config import BUILTIN_DATASETS, OGB_DATASETS, DatasetConfig
 from grappa.data.builtin import load_builtin
 from grappa.data.csbm import csbm
 from grappa.data.errors import DatasetError
@@ -23,20 +23,25 @@ def load_dataset(cfg: DatasetConfig) -> Data:
     elif cfg.name == "csbm":
         data = csbm(cfg.synthetic)
     elif cfg.name == "rmat":
-        data = rmat(cfg.synthetic)
+        data = rmat(cfg.synthetic, cfg.split_seed)
     elif cfg.name == "file":
         data = load_file(cfg)
+    elif cfg.name in OGB_DATASETS + ("arrays",):
+        from grappa.data.whole import read_whole
+        from grappa.sources import open_source
+        data = read_whole(open_source(cfg))
     else:  # unreachable through the validated config
         raise DatasetError(f"dataset.name: unknown dataset '{cfg.name}'")
-    return _finalise(data, cfg.split_seed, generated=cfg.name in ("csbm", "rmat"))
+    clean = cfg.name in ("csbm", "rmat", "arrays") + OGB_DATASETS  # made clean by their readers
+    return _finalise(data, cfg.split_seed, clean=clean)
 
 
-def _finalise(data: Data, split_seed: int, generated: bool) -> Data:
+def _finalise(data: Data, split_seed: int, clean: bool) -> Data:
     n = int(data.x.size(0))
     if data.y.numel() != n:
         raise DatasetError(f"dataset: y has {data.y.numel()} entries but x has {n} rows")
     out = Data(x=data.x.float().contiguous(), y=data.y.view(-1).long(),
-               edge_index=data.edge_index if generated else clean_edges(data.edge_index, n),
+               edge_index=data.edge_index if clean else clean_edges(data.edge_index, n),
                num_nodes=n)
     if all(getattr(data, m, None) is not None for m in MASKS):
         for m in MASKS:

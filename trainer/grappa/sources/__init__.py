@@ -1,0 +1,50 @@
+"""Graph sources: every dataset Grappa can prepare, read in bounded memory (torch-free except
+for the small in-memory datasets, which PyG loads)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grappa.config import BUILTIN_DATASETS, OGB_DATASETS, DatasetConfig
+
+from .base import EdgeBlock, EdgePart, GraphSource, NodeBlock
+from .errors import DatasetError
+
+__all__ = ["open_source", "data_root", "GraphSource", "EdgePart", "EdgeBlock", "NodeBlock", "DatasetError"]
+
+
+def data_root(cfg: DatasetConfig) -> Path:
+    """dataset.root, else $GRAPPA_DATA_ROOT, else ./data."""
+    return Path(cfg.root or os.environ.get("GRAPPA_DATA_ROOT") or "data")
+
+
+def dataset_path(cfg: DatasetConfig) -> Path:
+    """dataset.path; a relative one lies under the data root."""
+    path = Path(cfg.path or "")
+    return path if path.is_absolute() else data_root(cfg) / path
+
+
+def open_source(cfg: DatasetConfig, progress: bool = True) -> GraphSource:
+    """The source for a dataset setting. Reads metadata only, except for the small in-memory
+    datasets (built-ins, csbm, file), which are loaded whole as before."""
+    if cfg.name == "rmat":
+        from .rmat import RmatSource
+        s = cfg.synthetic
+        return RmatSource(s.scale, s.num_features, s.num_classes, s.seed, cfg.split_seed)
+    if cfg.name in OGB_DATASETS:
+        from .ogb import OGB_META, OgbSource, dataset_dir
+        root = data_root(cfg)
+        release = dataset_dir(root, cfg.name) / f"RELEASE_v{OGB_META[cfg.name].version}.txt"
+        if cfg.download and not release.is_file():
+            from .download import download_ogb
+            download_ogb(cfg.name, root, progress=progress)
+        return OgbSource(cfg.name, root, cfg.add_inverse_edges)
+    if cfg.name == "arrays":
+        from .arrays import ArraysSource
+        return ArraysSource(dataset_path(cfg), cfg.arrays, bool(cfg.add_inverse_edges))
+    if cfg.name in BUILTIN_DATASETS + ("csbm", "file"):
+        from grappa.data import load_dataset
+
+        from .memory import from_data
+        return from_data(cfg.name, load_dataset(cfg))
+    raise DatasetError(f"dataset.name: unknown dataset '{cfg.name}'")  # unreachable after validation
