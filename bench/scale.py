@@ -143,8 +143,8 @@ def measure(design: str, scales: list[int], scratch: Path, feature_dtype: str) -
 
 def render(runs: dict) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
-    from render_scale import render_prepare
-    render_prepare(runs, RESULTS)
+    from render_scale import render
+    render(RESULTS)
 
 
 def main() -> None:

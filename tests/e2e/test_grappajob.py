@@ -155,7 +155,9 @@ def test_worker_killed_resumes_from_checkpoint(cluster: Cluster, release: h.Rele
 
 def test_operator_restart_mid_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
     name = f"oprs-{uuid.uuid4().hex[:5]}"
-    manifest = h.job_manifest(name, epochs=12, rounds_every=3)
+    # Workers train on while the operator is away, so the job must outlast a slow restart (on two
+    # busy cores a new operator pod can take 20 s) for the new operator to decide rounds at all.
+    manifest = h.job_manifest(name, epochs=30, rounds_every=3)
     old = h.wait_operator(cluster, release)
     restarted: dict[str, Any] = {}
 

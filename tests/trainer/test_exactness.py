@@ -7,11 +7,12 @@ from grappa.config import ModelConfig, TrainConfig
 from grappa.coverage import coverage
 from grappa.data import load_dataset
 from grappa.local_graph import build_local_graph
-from grappa.models import GNN, build_message_graph
+from grappa.models import GNN
 from grappa.prepare import prepare_store
 from grappa.reducer import combine
 from grappa.single import full_graph_gradient
-from grappa.step import contribution
+from grappa.step import contribution_from
+from grappa.strategies.grappa import full_graph_blocks
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +35,15 @@ def test_p1_full_graph_gradient_is_exact(cora_p1, arch, correction):
     model = GNN(mcfg, data.num_features, int(data.num_classes))
     exact = full_graph_gradient(model, data)
 
-    mg = build_message_graph(g.edge_index, g.num_nodes, g.deg, need_gcn=model.needs_gcn_weights)
-    cov = coverage(g.edge_index, g.complete, mcfg.layers).float()
+    # The lean path: the store's CSR, only the rows the seeds need, features from the maps.
+    cov = coverage(g.indptr, g.indices, g.complete, mcfg.layers).float()
     seeds = g.seeds
-    c = contribution(model, g.x, mg, seeds, cov[seeds], g.y[seeds], correction, 0.5, 1.0)
+    blocks, rows, seed_rows = full_graph_blocks(g, seeds, model)
+    if arch != "gin":  # BatchNorm (GIN) normalises over every row: nothing pruned there
+        assert blocks[-1].num_dst == seeds.numel() and rows.numel() < g.num_nodes
+    x = g.features.gather(rows)
+    c = contribution_from(model, lambda: model(x, blocks), seed_rows, cov[seeds], g.y[seeds],
+                          correction, 0.5, 1.0)
     aggregated = combine([c.grad_sum], [c.weight_sum])
     # Same nodes in the same order (one chunk holds all, sorted), so the graphs are identical.
     assert torch.equal(g.global_ids, torch.arange(data.num_nodes))

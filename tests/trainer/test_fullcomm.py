@@ -11,7 +11,7 @@ from grappa.models import GNN
 from grappa.prepare import prepare_store
 from grappa.reducer import combine
 from grappa.rounds import RoundDecision
-from grappa.shard import Shard
+from grappa.strategies import make_strategy
 from grappa.single import full_graph_gradient
 from threaded_shards import run_shards
 
@@ -52,7 +52,7 @@ def test_isolated_grappa_gradient_differs(data_root, tmp_path):
     model = GNN(cfg.model, data.num_features, int(data.num_classes))
     exact = full_graph_gradient(model, data)
     store = ChunkStore(cfg.store_path)
-    shards = [Shard(cfg, r, store, model) for r in range(1, 5)]
+    shards = [make_strategy(cfg, r, store, model) for r in range(1, 5)]
     cs = []
     for s in shards:
         s.setup_round(RoundDecision(0, 0, 0))

@@ -144,7 +144,8 @@ def test_cora_p4_reaches_075_test_accuracy(data_root, tmp_path):
 def test_in_process_simulation_matches_the_multi_process_run(tmp_path, mode, arch):
     from grappa.simulate import Simulation
     cfg = job(tmp_path, **{"training.mode": mode, "training.batchSize": 50, "model.arch": arch,
-                           "training.epochs": 4, "grappa.rounds.every": 2, "grappa.correction": "node"})
+                           "training.epochs": 4, "grappa.rounds.every": 2, "grappa.correction": "node",
+                           "training.evalMode": "exact"})  # the simulation evaluates exactly
     real = LocalJob(cfg, progress=False).run()
     result, sim = Simulation(cfg).run()
     for a, b in zip(real["history"], sim):

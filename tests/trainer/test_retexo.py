@@ -15,7 +15,7 @@ from grappa.launcher import LocalJob
 from grappa.local_graph import build_local_graph
 from grappa.params import num_buffer_values, num_params
 from grappa.prepare import prepare_store
-from grappa.retexo import build_stage_model, stage_epochs
+from grappa.strategies.retexo import build_stage_model, stage_epochs
 from grappa.rounds import base_chunks
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,13 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grappa.sampling import (
-    NeighborSampler,
-    SampledSubgraph,
-    batches,
-    make_sampler,
-    pyg_sampling_available,
-)
+from grappa.sampling import NeighborSampler, SampledSubgraph, batches
 
 
 def gen(seed: int) -> torch.Generator:
@@ -104,7 +98,7 @@ def check_invariants(
 def test_invariants_on_random_graph() -> None:
     ei = random_graph(500, 4000, seed=0)
     fanouts = [4, 3, 2]
-    sampler = NeighborSampler(ei, 500, fanouts)
+    sampler = NeighborSampler.from_edge_index(ei, 500, fanouts)
     seeds = torch.randperm(500, generator=gen(1))[:40]
     out = sampler.sample(seeds, gen(2))
     check_invariants(out, ei, 500, seeds, fanouts)
@@ -114,14 +108,14 @@ def test_invariants_on_random_graph() -> None:
 def test_multigraph_edges_are_distinct_by_id() -> None:
     # Parallel edges are distinct edges: they may both be sampled, but never twice each.
     ei = torch.tensor([[1, 1, 1, 2, 2], [0, 0, 0, 0, 1]])
-    sampler = NeighborSampler(ei, 3, [10, 2])
+    sampler = NeighborSampler.from_edge_index(ei, 3, [10, 2])
     out = sampler.sample(torch.tensor([0]), gen(0))
     check_invariants(out, ei, 3, torch.tensor([0]), [10, 2])
 
 
 def test_determinism_by_generator_seed() -> None:
     ei = random_graph(300, 3000, seed=3)
-    sampler = NeighborSampler(ei, 300, [5, 5])
+    sampler = NeighborSampler.from_edge_index(ei, 300, [5, 5])
     seeds = torch.arange(0, 300, 7)
     a, b = sampler.sample(seeds, gen(42)), sampler.sample(seeds, gen(42))
     c = sampler.sample(seeds, gen(43))
@@ -136,7 +130,7 @@ def test_determinism_by_generator_seed() -> None:
 def test_empty_neighbourhoods() -> None:
     # Node 0 has no in-edges; node 1's only in-neighbour (2) has none either.
     ei = torch.tensor([[2, 0], [1, 3]])
-    sampler = NeighborSampler(ei, 4, [3, 3])
+    sampler = NeighborSampler.from_edge_index(ei, 4, [3, 3])
     out = sampler.sample(torch.tensor([0]), gen(0))
     assert out.n_id.tolist() == [0] and out.e_id.numel() == 0
     assert out.num_sampled_nbrs.tolist() == [0]
@@ -147,7 +141,7 @@ def test_empty_neighbourhoods() -> None:
     # No seeds at all, and a graph without edges.
     empty = sampler.sample(torch.tensor([], dtype=torch.int64), gen(0))
     assert empty.n_id.numel() == 0 and empty.edge_index.shape == (2, 0)
-    bare = NeighborSampler(torch.empty((2, 0), dtype=torch.int64), 5, [2])
+    bare = NeighborSampler.from_edge_index(torch.empty((2, 0), dtype=torch.int64), 5, [2])
     assert bare.sample(torch.tensor([4, 2]), gen(0)).n_id.tolist() == [4, 2]
 
 
@@ -157,7 +151,7 @@ def test_large_fanout_returns_full_l_hop_neighbourhood(fanouts: list[int]) -> No
     ei = random_graph(num_nodes, 500, seed=5)  # max in-degree well below 50
     assert int(torch.bincount(ei[1]).max()) < 50
     seeds = torch.tensor([3, 17, 101])
-    out = NeighborSampler(ei, num_nodes, fanouts).sample(seeds, gen(0))
+    out = NeighborSampler.from_edge_index(ei, num_nodes, fanouts).sample(seeds, gen(0))
     check_invariants(out, ei, num_nodes, seeds, fanouts)
     dist = torch.tensor(in_distance(ei, num_nodes, seeds))
     assert set(out.n_id.tolist()) == set(torch.nonzero(dist <= 3).squeeze(1).tolist())
@@ -169,7 +163,7 @@ def test_large_fanout_returns_full_l_hop_neighbourhood(fanouts: list[int]) -> No
 def test_zero_fanout_layer() -> None:
     ei = random_graph(50, 300, seed=9)
     seeds = torch.tensor([0, 1])
-    out = NeighborSampler(ei, 50, [3, 0]).sample(seeds, gen(0))
+    out = NeighborSampler.from_edge_index(ei, 50, [3, 0]).sample(seeds, gen(0))
     check_invariants(out, ei, 50, seeds, [3, 0])
     assert out.n_id.tolist() == [0, 1] and out.e_id.numel() == 0
 
@@ -177,17 +171,17 @@ def test_zero_fanout_layer() -> None:
 def test_rejects_bad_input() -> None:
     ei = torch.tensor([[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="distinct"):
-        NeighborSampler(ei, 3, [2]).sample(torch.tensor([1, 1]), gen(0))
+        NeighborSampler.from_edge_index(ei, 3, [2]).sample(torch.tensor([1, 1]), gen(0))
     with pytest.raises(ValueError, match="outside"):
-        NeighborSampler(ei, 3, [2]).sample(torch.tensor([3]), gen(0))
+        NeighborSampler.from_edge_index(ei, 3, [2]).sample(torch.tensor([3]), gen(0))
     with pytest.raises(ValueError, match="outside"):
-        NeighborSampler(ei, 2, [2])
+        NeighborSampler.from_edge_index(ei, 2, [2])
     with pytest.raises(ValueError, match="2 x E"):
-        NeighborSampler(torch.tensor([[0, 1], [1, 2], [2, 0]]), 3, [2])
+        NeighborSampler.from_edge_index(torch.tensor([[0, 1], [1, 2], [2, 0]]), 3, [2])
     with pytest.raises(ValueError, match="fanouts"):
-        NeighborSampler(ei, 3, [])
+        NeighborSampler.from_edge_index(ei, 3, [])
     with pytest.raises(ValueError, match="fanouts"):
-        NeighborSampler(ei, 3, [-2])
+        NeighborSampler.from_edge_index(ei, 3, [-2])
 
 
 # --- statistics ----------------------------------------------------------------------------
@@ -209,7 +203,7 @@ def star_samples(trials: int, degree: int, fanout: int, seed: int) -> torch.Tens
     centres = torch.arange(trials) * block
     src = (centres.unsqueeze(1) + torch.arange(1, block)).reshape(-1)
     dst = centres.repeat_interleave(degree)
-    sampler = NeighborSampler(torch.stack([src, dst]), trials * block, [fanout])
+    sampler = NeighborSampler.from_edge_index(torch.stack([src, dst]), trials * block, [fanout])
     out = sampler.sample(centres, gen(seed))
     assert out.num_sampled_nbrs[:trials].eq(fanout).all()
     order = torch.argsort(out.edge_index[1], stable=True)
@@ -285,11 +279,11 @@ def test_property_random_small_graphs(
     case: tuple[torch.Tensor, int, torch.Tensor, list[int], int],
 ) -> None:
     ei, num_nodes, seeds, fanouts, seed = case
-    out = NeighborSampler(ei, num_nodes, fanouts).sample(seeds, gen(seed))
+    out = NeighborSampler.from_edge_index(ei, num_nodes, fanouts).sample(seeds, gen(seed))
     check_invariants(out, ei, num_nodes, seeds, fanouts)
 
 
-# --- helpers and the PyG path --------------------------------------------------------------
+# --- helpers --------------------------------------------------------------
 
 
 def test_batches_shuffle_and_split() -> None:
@@ -305,26 +299,20 @@ def test_batches_shuffle_and_split() -> None:
         batches(nodes, 0, gen(0))
 
 
-def test_make_sampler_falls_back_to_ours() -> None:
-    ei = random_graph(20, 60, seed=1)
-    assert isinstance(make_sampler(ei, 20, [2, 2], prefer_pyg=False), NeighborSampler)
-    if not pyg_sampling_available():
-        assert isinstance(make_sampler(ei, 20, [2, 2]), NeighborSampler)
-
-
-@pytest.mark.skipif(not pyg_sampling_available(),
-                    reason="PyG sampling needs pyg-lib or torch-sparse (no wheels for this torch)")
-def test_pyg_backend_same_contract() -> None:
-    from grappa.sampling import PygNeighborSampler
-
-    ei = random_graph(400, 3000, seed=11)
+def test_blocks_nest_hop_by_hop_and_hold_exactly_the_sampled_edges() -> None:
+    ei = random_graph(300, 2400, seed=5)
     fanouts = [4, 3, 2]
-    sampler = make_sampler(ei, 400, fanouts)
-    assert isinstance(sampler, PygNeighborSampler)
-    seeds = torch.randperm(400, generator=gen(0))[:30]
-    out = sampler.sample(seeds, gen(1))
-    assert torch.equal(out.n_id[:30], seeds)
-    assert torch.equal(out.n_id[out.edge_index], ei[:, out.e_id])
-    assert torch.unique(out.e_id).numel() == out.e_id.numel()
-    if out.num_sampled_nodes is not None:  # pyg-lib reports hop sizes; torch-sparse does not
-        check_invariants(out, ei, 400, seeds, fanouts)
+    out = NeighborSampler.from_edge_index(ei, 300, fanouts).sample(torch.arange(0, 300, 17), gen(3))
+    deg = torch.bincount(ei[1], minlength=300)[out.n_id]
+    blocks = out.blocks(deg)
+    assert len(blocks) == 3 and blocks[-1].num_dst == out.batch_size
+    assert blocks[0].num_src == out.n_id.numel()
+    for a, b in zip(blocks[:-1], blocks[1:]):
+        assert a.num_dst == b.num_src
+    for blk in blocks:
+        assert int(blk.indices.max()) < blk.num_src and blk.kept.numel() == blk.num_dst
+        assert torch.equal(blk.deg, deg[:blk.num_src])
+        mine = out.edge_index[:, out.edge_index[1] < blk.num_dst]
+        key = lambda e: torch.sort(e[0] * 300 + e[1]).values  # noqa: E731
+        assert torch.equal(key(blk.to_edge_index()), key(mine))
+        assert torch.equal(blk.local_in_degree(), blk.kept)  # every kept in-edge is in the block

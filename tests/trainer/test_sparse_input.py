@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from grappa.config import ModelConfig
-from grappa.models import GNN, build_message_graph
+from grappa.models import GNN, full_block
 from grappa.models.sparse_input import compact_input, is_sparse
 
 
@@ -29,14 +29,14 @@ def test_sparse_input_matches_dense(arch):
     x, edge_index, deg = graph(400, 1)
     torch.manual_seed(0)
     model = GNN(ModelConfig(arch=arch, layers=2, hidden=16, dropout=0.0), x.shape[1], 5)
-    mg = build_message_graph(edge_index, x.shape[0], deg, need_gcn=model.needs_gcn_weights)
+    blocks = [full_block(edge_index, x.shape[0], deg)] * 2
     xs = model.prepare_input(x)
     assert is_sparse(xs) == (arch != "gin")
 
     outs, grads = [], []
     for inp in (x, xs):
         model.zero_grad()
-        out = model(inp, mg)
+        out = model(inp, blocks)
         out.square().sum().backward()
         outs.append(out.detach())
         grads.append(torch.cat([p.grad.view(-1) for p in model.parameters()]))

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from grappa import varco
+from grappa.strategies import varco
 from grappa.config import ConfigError, TrainConfig, validate_config
 from grappa.data import load_dataset
 from grappa.models import GNN

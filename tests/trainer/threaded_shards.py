@@ -7,7 +7,7 @@ from grappa.config import TrainConfig
 from grappa.fullcomm import ThreadPeers
 from grappa.models import GNN
 from grappa.rounds import RoundDecision
-from grappa.shard import Shard
+from grappa.strategies import make_strategy
 
 
 def run_shards(cfg: TrainConfig, state: dict, num_features: int, num_classes: int):
@@ -20,7 +20,7 @@ def run_shards(cfg: TrainConfig, state: dict, num_features: int, num_classes: in
         try:
             model = GNN(cfg.model, num_features, num_classes)
             model.load_state_dict(state)
-            s = shards[i] = Shard(cfg, i + 1, store, model, hub.bind(i))
+            s = shards[i] = make_strategy(cfg, i + 1, store, model, hub.bind(i))
             s.setup_round(RoundDecision(0, 0, 0))
             (batch,) = s.start_epoch(0)
             results[i] = s.contribute(batch, 1.0)

@@ -18,6 +18,7 @@ from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .chunks.store import ChunkStore
 from .config import TrainConfig, dump_config
 from .models import GNN
+from .memory import PeakMemory
 from .params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
 from .reducer import combine
 from .rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
@@ -72,6 +73,7 @@ class Aggregator:
         self.history: list[dict] = []
         self.best = {"val": -1.0, "test": None, "epoch": None, "state": None}
         self.progress = Progress(epochs_total=cfg.training.epochs)
+        self.memory = PeakMemory(interval=0.5)
 
     # -- messages ----------------------------------------------------------------------------
     def broadcast_state(self, kind: str) -> None:
@@ -83,6 +85,8 @@ class Aggregator:
 
     def receive_layouts(self) -> None:
         self.base_ids, self.halo_ids = {}, {}
+        if self.cfg.sampled_eval:
+            return  # each worker scores its own nodes: no rows to route
         for r in self.workers:
             self.base_ids[r] = self.link.recv_var(r, "control")
             self.halo_ids[r] = self.link.recv_var(r, "control")
@@ -96,7 +100,8 @@ class Aggregator:
         info = {
             "round": decision.round, "pairing_seed": decision.pairing_seed, "epoch": epoch,
             "wbar": cov_sum / max(1, sum(seeds)),
-            "steps": steps_per_epoch(seeds, self.cfg.training.mode, self.cfg.training.batch_size),
+            "steps": steps_per_epoch(seeds, self.cfg.training.mode, self.cfg.training.batch_size,
+                                     self.cfg.training.max_steps_per_epoch),
             "halo_nodes": [int(s[3]) for s in stats], "local_nodes": [int(s[2]) for s in stats],
             "build_seconds": max(float(s[5]) for s in stats),
         }
@@ -130,6 +135,7 @@ class Aggregator:
             correct += step_correct
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
+        self.memory.sample()
         reports = self.link.recv_many(
             [(torch.empty(proto.EPOCH_REPORT_LEN, dtype=torch.float64), r) for r in self.workers], "control")
         return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),
@@ -138,11 +144,19 @@ class Aggregator:
                 # per worker: training traffic (gradients + parameters) and fetched rows, both ways
                 "worker_train_bytes": [int(r[0] + r[1]) for r in reports],
                 "worker_fetch_bytes": [int(r[2] + r[3]) for r in reports],
-                "worker_peak_rss_bytes": [int(r[4]) for r in reports]}
+                "worker_peak_rss_bytes": [int(r[4]) for r in reports],
+                "worker_peak_pss_bytes": [int(r[5]) for r in reports],
+                "worker_local_nodes": [int(r[6]) for r in reports],
+                "worker_local_edges": [int(r[7]) for r in reports],
+                "aggregator_peak_rss_bytes": self.memory.peak_rss,
+                "aggregator_peak_pss_bytes": self.memory.peak_pss}
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Exact layer-wise inference: workers send their base rows, get their halo rows back."""
+        """Exact layer-wise inference: workers send their base rows, get their halo rows back.
+        Sampled evaluation: the workers' stats only."""
+        if self.cfg.sampled_eval:
+            return self.receive_eval_stats()
         num_nodes = self.manifest["num_nodes"]
         widths = self.model.widths
         for layer in range(len(widths) - 1):
@@ -210,7 +224,8 @@ class Aggregator:
                 rinfo = self.setup_round(decision, epoch)
                 applied = decision
             do_eval = (epoch + 1) % cfg.training.eval_every == 0 or epoch == epochs - 1
-            rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch}
+            rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch,
+                   "steps": rinfo["steps"]}
             rec.update(self.train_epoch(epoch, rinfo, do_eval))
             train_bytes = self._delta(before, "train")
             eval_before = self.link.bytes.snapshot()

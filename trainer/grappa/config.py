@@ -135,13 +135,24 @@ class TrainingConfig(Section):
     mode: Literal["full-graph", "mini-batch"] = Field("full-graph", description="Step granularity.")
     epochs: int = Field(100, ge=1, description="Number of epochs.")
     batch_size: int = Field(1000, ge=1, description="Seeds per worker per step (mini-batch).")
+    max_steps_per_epoch: Optional[int] = Field(
+        None, ge=1, description="Mini-batch: stop an epoch after this many steps (default: when every "
+                                "seed has been used once); for time-boxed runs on very large graphs.")
     fanouts: Optional[list[int]] = Field(
         None, description="Neighbours sampled per layer, input layer first; default per depth.")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer at the aggregator.")
     lr: float = Field(0.01, gt=0, description="Learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="L2 penalty.")
     seed: int = Field(0, ge=0, description="Seed of model initialisation, dropout and sampling.")
-    eval_every: int = Field(1, ge=1, description="Exact full-neighbour evaluation every k epochs.")
+    eval_every: int = Field(1, ge=1, description="Evaluate every k epochs (and after the last).")
+    eval_mode: Optional[Literal["exact", "sampled"]] = Field(
+        None, description="exact: every in-neighbour, layer by layer, boundary rows exchanged through "
+                          "the aggregator (memory grows with the graph); sampled: each worker scores "
+                          "its own nodes on neighbourhoods sampled from the whole store with the "
+                          "training fanouts. Default: exact in full-graph mode, sampled in mini-batch.")
+    eval_fraction: float = Field(
+        1.0, gt=0, le=1, description="Sampled evaluation: the share of each worker's train/val/test "
+                                     "nodes it scores (a fixed, seeded subset).")
 
     @model_validator(mode="after")
     def _fanouts_positive(self) -> "TrainingConfig":
@@ -251,6 +262,9 @@ class TrainConfig(Section):
         if self.strategy == "retexo" and self.training.epochs < self.model.layers:
             raise ValueError(f"strategy retexo trains one stage per layer: training.epochs "
                              f"({self.training.epochs}) must be >= model.layers ({self.model.layers})")
+        if self.strategy == "retexo" and self.training.eval_mode == "sampled":
+            raise ValueError("strategy retexo scores each stage on its fetched rows: remove "
+                             "training.evalMode: sampled (or use another strategy)")
         if self.training.mode != "full-graph":
             raise ValueError(
                 f"strategy {self.strategy!r} runs in training.mode full-graph only; "
@@ -267,9 +281,9 @@ class TrainConfig(Section):
                 "partitions and needs no correction): remove it or set strategy: grappa")
 
     @property
-    def fetches(self) -> bool:
-        """Strategies that exchange halo rows between workers every step."""
-        return self.strategy in ("full", "varco")
+    def sampled_eval(self) -> bool:
+        mode = self.training.eval_mode
+        return mode == "sampled" or (mode is None and self.training.mode == "mini-batch")
 
     @property
     def num_chunks(self) -> int:

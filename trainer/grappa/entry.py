@@ -40,14 +40,14 @@ def run_aggregator(cfg: TrainConfig) -> dict:
         rounds, sink = status, status
     else:
         rounds, sink = ScheduleRounds(cfg.grappa.rounds, cfg.grappa.partition_seed), None
-    if cfg.strategy != "grappa":
+    from .strategies import strategy_class
+    if not strategy_class(cfg.strategy).repartitions:
         # Rounds are Grappa's; other strategies keep the partitions fixed whatever is scheduled.
         rounds = ScheduleRounds(RoundsConfig(every=0), cfg.grappa.partition_seed)
     link = Link.from_env()
     try:
-        cls = Aggregator
-        if cfg.strategy == "retexo":
-            from .retexo import RetexoAggregator as cls
+        from .strategies import strategy_module
+        cls = getattr(strategy_module(cfg.strategy), "AGGREGATOR", Aggregator)
         agg = cls(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))
         result = agg.run()
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
@@ -63,9 +63,8 @@ def run_worker(cfg: TrainConfig) -> None:
     link = Link.from_env()
     _setup(f"worker-{link.rank - 1}")
     try:
-        cls = Worker
-        if cfg.strategy == "retexo":
-            from .retexo import RetexoWorker as cls
+        from .strategies import strategy_module
+        cls = getattr(strategy_module(cfg.strategy), "WORKER", Worker)
         w = cls(cfg, link)
         w.metrics = _metrics(cfg, link.rank)
         w.run()

@@ -15,13 +15,14 @@ import torch.nn.functional as F
 
 from .chunks.store import ChunkStore
 from .config import TrainConfig
-from .models import GNN, build_message_graph
+from .blocks import seed_blocks
+from .models import GNN
 from .prepare import prepare_store
 from .reducer import combine
 from .rounds import RoundDecision, round_seed
-from .shard import Shard
 from .single import full_graph_gradient
 from .step import contribution
+from .strategies import make_strategy
 
 # (label, correction, lambda)
 DEFAULT_REDUCERS = (("UW", "none", 1.0), ("batch", "batch", 1.0), ("node l=0.25", "node", 0.25),
@@ -38,13 +39,13 @@ class FidelityRow:
 
 def _train_params(model: GNN, data, epochs: int, lr: float) -> None:
     """Move away from initialisation with plain full-graph training (the 'trained' setting)."""
-    from .single import full_message_graph
-    mg = full_message_graph(data, model)
+    from .single import full_blocks
+    blocks = full_blocks(data, model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(epochs):
         model.train()
         opt.zero_grad()
-        F.cross_entropy(model(data.x, mg)[data.train_mask], data.y[data.train_mask]).backward()
+        F.cross_entropy(model(data.x, blocks)[data.train_mask], data.y[data.train_mask]).backward()
         opt.step()
 
 
@@ -66,7 +67,7 @@ def gradient_fidelity(cfg: TrainConfig, data, partition_seeds: Iterable[int], ro
             cfg.store_dir = f"{tmp}/store-{ps}"
             prepare_store(cfg, progress=False)
             store = ChunkStore(cfg.store_path)
-            shards = [Shard(cfg, r, store, model) for r in range(1, cfg.partitions + 1)]
+            shards = [make_strategy(cfg, r, store, model) for r in range(1, cfg.partitions + 1)]
             for t in range(rounds):
                 decision = RoundDecision(t, round_seed(ps, t), 0)
                 stats = [s.setup_round(decision) for s in shards]
@@ -74,14 +75,13 @@ def gradient_fidelity(cfg: TrainConfig, data, partition_seeds: Iterable[int], ro
                 for s in shards:
                     if degrees == "local":  # ablation: what the method doc warns against
                         g = s.graph
-                        local = torch.bincount(g.edge_index[1], minlength=g.num_nodes)
-                        s.mg = build_message_graph(g.edge_index, g.num_nodes, local,
-                                                   need_gcn=model.needs_gcn_weights)
+                        local = g.indptr[1:] - g.indptr[:-1]
+                        _, s.blocks = seed_blocks(g.indptr, g.indices, local, g.seeds, len(model.layers))
                 for label, correction, lam in reducers:
                     grads, wsums = [], []
                     for s in shards:
-                        seeds = s.seeds
-                        c = contribution(model, s.graph.x, s.mg, seeds, s.cov[seeds], s.graph.y[seeds],
+                        seeds = s.graph.seeds
+                        c = contribution(model, s.x, s.blocks, s.cov[seeds], s.graph.y[seeds],
                                          correction, lam, wbar)
                         grads.append(c.grad_sum)
                         wsums.append(c.weight_sum)

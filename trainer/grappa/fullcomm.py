@@ -1,24 +1,19 @@
-"""Full-communication baseline (`strategy: full`): the feature-fetching training Grappa avoids.
+"""Worker-to-worker halo exchange: who owns which halo row, fetching rows from their owners, and
+the autograd function that sends activations forward and their gradients back.
 
-Partitions are fixed (each worker's base chunks, no variable chunk). Every step, each worker
-fetches the input features of its remote in-neighbours from the workers that own them, and before
-every later layer their activations; the backward pass returns the gradients of those activations
-to their owners (BNS-GCN with p = 1, DistDGL-style feature fetching). Gradients then go through the
-same aggregator and optimizer as Grappa, unweighted: with every neighbour present,
-sum_p grad_p / sum_p seeds_p is exactly the full-graph gradient.
+Used by the strategies that exchange rows (strategies/full.py, varco.py, retexo.py).
 """
 from __future__ import annotations
 
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 import torch
 from torch import Tensor
 
 from .local_graph import LocalGraph, relabel
-from .models import GNN, MessageGraph
 
 
 class Peers(Protocol):
@@ -81,12 +76,11 @@ class HaloPlan:
         return sum(int(r.numel()) for r in self.recv_rows.values())
 
 
-def build_plan(g: LocalGraph, owner: Tensor, me: int, num_workers: int, peers: Peers) -> HaloPlan:
+def build_plan(g: LocalGraph, halo_owner: Tensor, me: int, num_workers: int, peers: Peers) -> HaloPlan:
     """Tell every owner which of its nodes I need and learn which of mine each peer needs.
 
-    `owner`: worker index per global node. Two fixed-size messages per pair, then the ids."""
+    `halo_owner`: worker index of each halo node. Two fixed-size messages per pair, then the ids."""
     halo_ids = g.global_ids[g.num_owned:]
-    halo_owner = owner[halo_ids]
     others = [q for q in range(num_workers) if q != me]
     need = {q: halo_ids[halo_owner == q] for q in others}
     counts = {q: torch.empty(1, dtype=torch.long) for q in others}
@@ -165,27 +159,3 @@ class _HaloExchange(torch.autograd.Function):
             g = recvs[q] if codec is None else codec.decode_grad(recvs[q], ctx.my_sides[q])
             grad_own.index_add_(0, rows, g)
         return grad_own, None, None, None, None, None
-
-
-def forward_full(model: GNN, x_own: Tensor, mg: MessageGraph, plan: HaloPlan, peers: Peers,
-                 codec_for: Optional[Callable[[int, int], object]] = None,
-                 log: Optional[dict] = None) -> Tensor:
-    """Logits of the owned nodes with every remote neighbour's features and activations fetched.
-    Every worker must call this in lockstep (the exchanges pair up layer by layer).
-
-    `codec_for(layer, width)` (VARCO) compresses the activations exchanged after `layer`; `log`
-    accumulates the bytes this worker sends per (layer, direction), layer -1 being the input."""
-    input_codec = codec_for(-1, x_own.shape[1]) if codec_for else None
-    if input_codec is None:
-        x = fetch_rows(x_own, plan, peers)
-        _count(log, (-1, "forward"), [x_own[r] for r in plan.send_rows.values()])
-    else:  # features need no gradient, so only the forward half runs
-        x = _HaloExchange.apply(x_own, plan, peers, input_codec, -1, log)
-    h = model.prepare_input(x)
-    last = len(model.layers) - 1
-    for i in range(last + 1):
-        out = model.layer(i, h, mg)[:plan.num_owned]
-        if i < last:
-            codec = codec_for(i, out.shape[1]) if codec_for else None
-            h = _HaloExchange.apply(out, plan, peers, codec, i, log)
-    return out

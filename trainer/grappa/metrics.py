@@ -31,6 +31,9 @@ class TrainerMetrics:
         self.epoch_seconds = gauge("epoch_seconds", "Wall time of the last epoch.")
         self.coverage_mean = gauge("coverage_mean", "Mean seed coverage in the current round.")
         self.weight_mean = gauge("weight_mean", "Mean reducer weight of the last step's seeds.")
+        self.peak_rss = gauge("peak_rss_bytes", "Peak resident memory of this rank (VmHWM).")
+        self.peak_pss = gauge("peak_pss_bytes", "Peak proportional memory of this rank: shared pages "
+                              "(memory-mapped store, libraries) divided among the processes mapping them.")
         self.step_seconds = Histogram(
             "grappa_trainer_step_seconds", "Wall time of one training step.", list(labels),
             buckets=STEP_BUCKETS, registry=self.registry).labels(**labels)

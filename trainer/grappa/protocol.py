@@ -6,8 +6,9 @@ nodes, local edges, seconds to build.
 Step (worker -> aggregator), float32: gradient sum | float buffers | weight sum, loss sum, seeds,
 correct. Parameters (aggregator -> worker), float32: parameters | float buffers.
 Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
-Epoch report (worker -> aggregator, after each epoch's steps), float64[5]: this epoch's train bytes
-sent, received, fetch bytes sent, received; peak resident memory in bytes.
+Epoch report (worker -> aggregator, after each epoch's steps), float64[8]: this epoch's train bytes
+sent, received, fetch bytes sent, received; peak RSS and peak PSS in bytes (memory.py); the
+round's local nodes and local edges (for bytes per local edge).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
 STEP_SCALARS = 4
 EVAL_STATS_LEN = 9
-EPOCH_REPORT_LEN = 5
+EPOCH_REPORT_LEN = 8
 SPLITS = ("train", "val", "test")
 
 

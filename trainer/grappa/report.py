@@ -26,6 +26,7 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
         # worker-to-worker rows (strategy full): each byte is counted once, at its sender
         "fetch_bytes_total": sum(sum(h.get("worker_fetch_bytes", [])) for h in history) // 2,
         "final": evals[-1] if evals else None,
+        "memory": memory_summary(history),
         "history": history,
         **(extra or {}),
     }
@@ -33,6 +34,27 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
     path.write_text(json.dumps(report, indent=2))
     plot_history(history, run_dir / "training.png", title=config.get("title") or describe_run(config))
     return path
+
+
+def memory_summary(history: list[dict]) -> Optional[dict]:
+    """Per worker: peak RSS and PSS over the run, the local graph of the last epoch, and bytes
+    of memory per local edge (PSS counts the memory-mapped store and libraries once per machine)."""
+    recs = [h for h in history if h.get("worker_peak_rss_bytes")]
+    if not recs:
+        return None
+    last = recs[-1]
+    rss = [max(r["worker_peak_rss_bytes"][i] for r in recs) for i in range(len(last["worker_peak_rss_bytes"]))]
+    pss = [max(r.get("worker_peak_pss_bytes", [0] * len(rss))[i] for r in recs) for i in range(len(rss))]
+    edges = last.get("worker_local_edges") or [0] * len(rss)
+    return {
+        "worker_peak_rss_bytes": rss, "worker_peak_pss_bytes": pss,
+        "worker_local_nodes": last.get("worker_local_nodes"), "worker_local_edges": edges,
+        "worker_rss_bytes_per_local_edge": [r / e if e else None for r, e in zip(rss, edges)],
+        "worker_pss_bytes_per_local_edge": [p / e if e else None for p, e in zip(pss, edges)],
+        "aggregator_peak_rss_bytes": last.get("aggregator_peak_rss_bytes"),
+        "aggregator_peak_pss_bytes": last.get("aggregator_peak_pss_bytes"),
+        "job_peak_pss_bytes": sum(pss) + (last.get("aggregator_peak_pss_bytes") or 0),
+    }
 
 
 def describe_run(config: dict) -> str:

@@ -1,7 +1,8 @@
 """Grappa in one process: the P shards, the reducer and the optimizer of a real run, without
 transport. Same code path and the same RNG streams as the multi-process run, so the numbers match
 it (tests check this); used by the accuracy benchmark and the gradient-fidelity harness, where
-process start-up and gloo would only add noise and minutes.
+process start-up and gloo would only add noise and minutes. Evaluation is always exact (the
+whole graph in this process), whatever `training.evalMode` says.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from .data import load_dataset
 from .models import GNN
 from .params import flat_state, load_flat_state, num_buffer_values, num_params
 from .rounds import Progress, RoundDecision, ScheduleRounds, round_seed
-from .shard import Shard
-from .single import evaluate_full, full_message_graph
+from .single import evaluate_full, full_blocks
+from .strategies import make_strategy
 from .worker import empty_message, pack_message, steps_per_epoch
 
 
@@ -34,9 +35,9 @@ class Simulation:
         self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
         self.optimizer = make_optimizer(cfg, self.model)
         self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
-        self.shards = [Shard(cfg, r, self.store, self.model) for r in range(1, cfg.partitions + 1)]
+        self.shards = [make_strategy(cfg, r, self.store, self.model) for r in range(1, cfg.partitions + 1)]
         self.data = data if data is not None else load_dataset(cfg.dataset)
-        self.eval_mg = full_message_graph(self.data, self.model)
+        self.eval_blocks = full_blocks(self.data, self.model)
         self.eval_x = self.model.prepare_input(self.data.x)
         self.state_bytes = 4 * (self.n_params + self.n_buf)
 
@@ -44,7 +45,7 @@ class Simulation:
         stats = [s.setup_round(decision) for s in self.shards]
         wbar = sum(st.coverage_sum for st in stats) / max(1, sum(st.seeds for st in stats))
         steps = steps_per_epoch([st.seeds for st in stats], self.cfg.training.mode,
-                                self.cfg.training.batch_size)
+                                self.cfg.training.batch_size, self.cfg.training.max_steps_per_epoch)
         return wbar, steps
 
     def train_epoch(self, epoch: int, steps: int, wbar: float) -> dict:
@@ -90,7 +91,7 @@ class Simulation:
             rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch}
             rec.update(self.train_epoch(epoch, steps, wbar))
             if (epoch + 1) % cfg.training.eval_every == 0 or epoch == cfg.training.epochs - 1:
-                rec.update(evaluate_full(self.model, self.data, self.eval_mg, self.eval_x))
+                rec.update(evaluate_full(self.model, self.data, self.eval_blocks, self.eval_x))
                 progress.val_history.append((epoch + 1, rec["val_acc"]))
                 if rec["val_acc"] > best["val"]:
                     best = {"val": rec["val_acc"], "test": rec["test_acc"], "epoch": epoch + 1}

@@ -13,33 +13,34 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.utils import degree
 
 from .aggregator import make_optimizer
 from .config import TrainConfig, dump_config
-from .models import GNN, MessageGraph, build_message_graph
+from .models import GNN, full_block
+from .models.block import Block
 from .params import flat_grads
 
 
-def full_message_graph(data: Data, model: GNN) -> MessageGraph:
-    deg = degree(data.edge_index[1], data.num_nodes, dtype=torch.long)
-    return build_message_graph(data.edge_index, data.num_nodes, deg, need_gcn=model.needs_gcn_weights)
+def full_blocks(data: Data, model: GNN) -> list[Block]:
+    """The whole graph as every layer's block (every node computed at every layer)."""
+    deg = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    return [full_block(data.edge_index, data.num_nodes, deg)] * len(model.layers)
 
 
-def full_graph_gradient(model: GNN, data: Data, mg: Optional[MessageGraph] = None) -> Tensor:
+def full_graph_gradient(model: GNN, data: Data, blocks: Optional[list[Block]] = None) -> Tensor:
     """Exact gradient of the mean training loss over all training nodes."""
-    mg = mg or full_message_graph(data, model)
+    blocks = blocks or full_blocks(data, model)
     model.zero_grad(set_to_none=True)
-    out = model(data.x, mg)
+    out = model(data.x, blocks)
     F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
     return flat_grads(model)
 
 
 @torch.no_grad()
-def evaluate_full(model: GNN, data: Data, mg: MessageGraph, x: Optional[Tensor] = None) -> dict:
+def evaluate_full(model: GNN, data: Data, blocks: list[Block], x: Optional[Tensor] = None) -> dict:
     """`x`: `data.x` already passed through `model.prepare_input`, to pay the conversion once."""
     model.eval()
-    out = model(data.x if x is None else x, mg)
+    out = model(data.x if x is None else x, blocks)
     res = {}
     for split in ("train", "val", "test"):
         m = getattr(data, f"{split}_mask")
@@ -53,7 +54,7 @@ def train_single(cfg: TrainConfig, data: Data,
     torch.manual_seed(cfg.training.seed)
     model = GNN(cfg.model, data.num_features, int(data.num_classes))
     opt = make_optimizer(cfg, model)
-    mg = full_message_graph(data, model)
+    blocks = full_blocks(data, model)
     x = model.prepare_input(data.x)
     best = {"val": -1.0, "test": None, "epoch": None}
     history = []
@@ -63,13 +64,13 @@ def train_single(cfg: TrainConfig, data: Data,
         t0 = time.perf_counter()
         model.train()
         opt.zero_grad(set_to_none=True)
-        out = model(x, mg)
+        out = model(x, blocks)
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
         opt.step()
         rec = {"epoch": epoch + 1, "round": 0, "loss": float(loss.detach())}
         if (epoch + 1) % cfg.training.eval_every == 0 or epoch == cfg.training.epochs - 1:
-            rec.update(evaluate_full(model, data, mg, x))
+            rec.update(evaluate_full(model, data, blocks, x))
             if rec["val_acc"] > best["val"]:
                 best = {"val": rec["val_acc"], "test": rec["test_acc"], "epoch": epoch + 1}
         rec["epoch_seconds"] = time.perf_counter() - t0

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .models import GNN, MessageGraph
+from .models import GNN
+from .models.block import Block
 from .params import flat_grads
 from .reducer import seed_weights, weighted_loss_sum
 
@@ -23,9 +25,11 @@ class Contribution:
     mean_weight: float
 
 
-def contribution(model: GNN, x: Tensor, mg: MessageGraph, seeds_local: Tensor, cov: Tensor,
-                 y: Tensor, correction: str, lam: float, wbar: float) -> Contribution:
-    return contribution_from(model, lambda: model(x, mg), seeds_local, cov, y, correction, lam, wbar)
+def contribution(model: GNN, x: Tensor, blocks: list[Block], cov: Tensor, y: Tensor,
+                 correction: str, lam: float, wbar: float) -> Contribution:
+    """For blocks whose last layer computes exactly the seeds, in order (blocks.seed_blocks)."""
+    return contribution_from(model, lambda: model(x, blocks), torch.arange(y.numel()), cov, y,
+                             correction, lam, wbar)
 
 
 def contribution_from(model: GNN, forward: Callable[[], Tensor], seeds_local: Tensor, cov: Tensor,

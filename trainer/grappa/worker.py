@@ -10,20 +10,26 @@ import math
 import time
 from typing import Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from . import protocol as proto
+from .blocks import owned_block
 from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .fullcomm import LinkPeers
 from .local_graph import build_local_graph
-from .models import GNN, build_message_graph
+from .idhash import hash64, hash_key
+from .memory import PeakMemory
+from .sampling.store_sampler import StoreSampler
+from .strategies.base import epoch_seed
+from .models import GNN
 from .params import flat_state, load_flat_state, num_buffer_values, num_params
 from .rounds import RoundDecision
-from .shard import Shard
 from .step import Contribution
+from .strategies import make_strategy, strategy_class
 from .transport import Link
 
 class Worker:
@@ -36,19 +42,22 @@ class Worker:
         self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
-        peers = LinkPeers(link) if cfg.fetches else None
-        self.shard = Shard(cfg, link.rank, self.store, self.model, peers)
+        peers = LinkPeers(link) if strategy_class(cfg.strategy).needs_peers else None
+        self.shard = make_strategy(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
+        self.memory = PeakMemory(interval=0.5)  # PSS has no kernel peak: sampled
 
     # -- set-up ------------------------------------------------------------------------------
     def send_eval_layout(self) -> None:
-        """Tell the aggregator which rows this worker owns and which it needs at evaluation."""
-        self.eval_graph = build_local_graph(self.store, self.shard.base, None)
-        self.eval_mg = build_message_graph(
-            self.eval_graph.edge_index, self.eval_graph.num_nodes, self.eval_graph.deg,
-            need_gcn=self.model.needs_gcn_weights)
-        g = self.eval_graph
-        self.eval_x = self.model.prepare_input(g.x)
+        """Exact evaluation: tell the aggregator which rows this worker owns and which it needs.
+        Sampled evaluation needs no layout: pick the nodes this worker scores."""
+        if self.cfg.sampled_eval:
+            self.eval_nodes = sampled_eval_nodes(self.store, self.shard.base, self.cfg)
+            self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
+            return
+        self.eval_graph = g = build_local_graph(self.store, self.shard.base, None)
+        self.eval_block = owned_block(g.indptr, g.indices, g.deg, g.num_base)
+        self.eval_x = self.model.prepare_input(g.features.gather(torch.arange(g.num_nodes)))
         self.link.send_var(g.global_ids[:g.num_base], 0, "control")
         self.link.send_var(g.global_ids[g.num_owned:], 0, "control")
 
@@ -80,28 +89,47 @@ class Worker:
                 msg = empty_message(self.model, self.n_params, self.n_buf)
             self.link.send(msg, 0, "train")
             self.receive_state("train")
+            self.memory.sample()
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
 
     # -- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> None:
+        if self.cfg.sampled_eval:
+            return self.evaluate_sampled()
         g, model = self.eval_graph, self.model
         model.eval()
         h = self.eval_x
         for layer in range(len(model.layers)):
-            out = model.layer(layer, h, self.eval_mg)
+            out = model.layer(layer, h, self.eval_block)  # the base rows
             if layer < len(model.layers) - 1:
-                own = out[:g.num_base].contiguous()
+                own = out.contiguous()
                 self.link.send(own, 0, "eval")
                 halo = torch.empty(g.num_halo, own.shape[1])
                 self.link.recv(halo, 0, "eval")
                 h = torch.cat([own, halo])
-        self.link.send(split_stats(out[:g.num_base], g.y, (g.train_mask, g.val_mask, g.test_mask)),
-                       0, "eval")
+        self.link.send(split_stats(out, g.y, (g.train_mask, g.val_mask, g.test_mask)), 0, "eval")
+
+    @torch.no_grad()
+    def evaluate_sampled(self) -> None:
+        """Score this worker's evaluation nodes on neighbourhoods sampled from the whole store;
+        its own generator per epoch, so training's random streams are untouched."""
+        self.model.eval()
+        ids, y, split = self.eval_nodes
+        gen = torch.Generator().manual_seed(epoch_seed(self.cfg.training.seed, self.link.rank, self._epoch) + 1)
+        stats = torch.zeros(proto.EVAL_STATS_LEN, dtype=torch.float64)
+        for lo in range(0, ids.numel(), self.cfg.training.batch_size):
+            batch = slice(lo, lo + self.cfg.training.batch_size)
+            sub = self.eval_sampler.sample(ids[batch], gen)
+            x, deg = self.store.load_node_rows(sub.n_id)
+            logits = self.model(x, sub.blocks(deg))
+            stats += split_stats(logits, y[batch], tuple(split[batch] == c for c in (1, 2, 3)))
+        self.link.send(stats, 0, "eval")
 
     def epoch_command(self, epoch: int, steps: int, wbar: float, do_eval: bool) -> None:
         """One epoch as the aggregator ordered it: train, report, optionally evaluate."""
+        self._epoch = epoch
         self.run_epoch(epoch, steps, wbar)
         self.send_epoch_report()
         if do_eval:
@@ -117,7 +145,14 @@ class Worker:
         now = self._reported = self.link.bytes.snapshot()
         delta = [now[d].get(k, 0) - before[d].get(k, 0)
                  for k in ("train", "fetch") for d in ("sent", "received")]
-        self.link.send(torch.tensor(delta + [peak_rss_bytes()], dtype=torch.float64), 0, "control")
+        self.memory.sample()
+        g = self.shard.graph
+        local = [g.num_nodes, g.num_edges] if g is not None else [0, 0]
+        self.link.send(torch.tensor(delta + [self.memory.peak_rss, self.memory.peak_pss] + local,
+                                    dtype=torch.float64), 0, "control")
+        if self.metrics is not None:
+            self.metrics.peak_rss.set(self.memory.peak_rss)
+            self.metrics.peak_pss.set(self.memory.peak_pss)
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -148,17 +183,21 @@ def split_stats(logits: Tensor, y: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
     return torch.tensor(stats, dtype=torch.float64)
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory. Not getrusage's ru_maxrss: that survives exec and so
-    reports the launcher's peak when it is larger (a forked child starts with its parent's mm)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+def sampled_eval_nodes(store: ChunkStore, base: list[int], cfg: TrainConfig) -> tuple[Tensor, Tensor, Tensor]:
+    """(global ids, labels, split codes) of the base chunks' nodes in a split: all of them, or a
+    fixed seeded share `training.evalFraction` (the same subset at every evaluation)."""
+    ids, y, split = [], [], []
+    for k in base:
+        m = store.chunk_maps(k)
+        keep = np.asarray(m["split"]) > 0
+        if cfg.training.eval_fraction < 1.0:
+            h = hash64(np.asarray(m["nodes"]), hash_key(cfg.training.seed, 0x4556))
+            keep &= (h >> np.uint64(11)).astype(np.float64) < cfg.training.eval_fraction * float(1 << 53)
+        ids.append(np.asarray(m["nodes"])[keep].astype(np.int64))
+        y.append(np.asarray(m["y"])[keep].astype(np.int64))
+        split.append(np.asarray(m["split"])[keep])
+    return (torch.from_numpy(np.concatenate(ids)), torch.from_numpy(np.concatenate(y)),
+            torch.from_numpy(np.concatenate(split)))
 
 
 def pack_message(c: Contribution, model: GNN, n_params: int) -> Tensor:
@@ -175,8 +214,10 @@ def empty_message(model: GNN, n_params: int, n_buf: int) -> Tensor:
     return msg
 
 
-def steps_per_epoch(num_seeds: list[int], mode: str, batch_size: int) -> int:
-    """Every worker runs the same number of steps: the largest ceil(n_train_p / batch)."""
+def steps_per_epoch(num_seeds: list[int], mode: str, batch_size: int, cap: Optional[int] = None) -> int:
+    """Every worker runs the same number of steps: the largest ceil(n_train_p / batch), at most
+    `cap` (training.maxStepsPerEpoch)."""
     if mode == "full-graph":
         return 1
-    return max([math.ceil(n / batch_size) for n in num_seeds] + [1])
+    steps = max([math.ceil(n / batch_size) for n in num_seeds] + [1])
+    return min(steps, cap) if cap else steps

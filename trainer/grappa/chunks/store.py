@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from grappa.chunks.assign import ChunkAssignment
 from grappa.chunks.errors import ChunkStoreError
 from grappa.chunks.manifest import CHUNK_OF, chunk_dir, read_manifest
 from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
@@ -101,6 +102,18 @@ class ChunkStore:
             self._maps[rel] = self._verified(rel, self.manifest["chunks"][k]["files"][name])
         return self._maps[rel]
 
+    def chunk_maps(self, k: int) -> dict[str, np.ndarray]:
+        """Chunk k's arrays as verified read-only memory maps, keyed by name without .npy: what a
+        worker builds its local graph from without copying whole files."""
+        return {name[:-4]: self._array(k, name) for name in
+                ("nodes.npy", "indptr.npy", "indices.npy", "x.npy", "y.npy", "split.npy")}
+
+    @property
+    def assignment(self) -> ChunkAssignment:
+        """The chunk of any node id, computed (the store's chunk_of.npy holds the same values)."""
+        m = self.manifest
+        return ChunkAssignment(int(m["num_nodes"]), int(m["num_chunks"]), int(m["seed"]))
+
     def _load(self, k: int, name: str) -> np.ndarray:
         arr = np.array(self._array(k, name))
         self.bytes_read += arr.nbytes
@@ -128,7 +141,7 @@ class ChunkStore:
         """(x, in_degree) rows of arbitrary nodes (e.g. a halo), in the order given. Groups the
         ids by owning chunk and reads only those rows from memory-mapped, verified files."""
         ids = global_ids.long().view(-1)
-        owner = self.chunk_of()[ids]
+        owner = torch.from_numpy(self.assignment.chunk_of(ids.numpy()))
         x = torch.empty(ids.numel(), int(self.manifest["num_features"]), dtype=torch.float32)
         deg = torch.empty(ids.numel(), dtype=torch.long)
         order = torch.sort(owner, stable=True).indices

@@ -36,6 +36,7 @@ from grappa.chunks.npywriter import NpyWriter
 from grappa.chunks.passes import Plan, edge_pass, node_pass
 from grappa.chunks.progress import Counters, PhaseBar
 from grappa.chunks.spill import plan_range_bits, spill_files
+from grappa.memory import peak_rss_bytes
 from grappa.sources.base import GraphSource
 from grappa.sources.errors import DatasetError
 
@@ -48,12 +49,6 @@ _COUNTERS: Optional[Counters] = None
 def _init_worker(counters: Counters) -> None:
     global _COUNTERS
     _COUNTERS = counters
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory (VmHWM; ru_maxrss would carry a parent's across exec)."""
-    with open("/proc/self/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
 
 
 def _node_task(source: GraphSource, plan: Plan) -> tuple[dict[str, Any], int, int]:

@@ -1,5 +1,5 @@
-"""GNN models: GCN (global-degree normalisation), GraphSAGE (mean), GAT, GIN, any depth."""
+"""GNN models: GCN (global-degree normalisation), GraphSAGE (mean), GAT, GIN, any depth, on blocks."""
+from .block import Block, full_block
 from .gnn import GNN
-from .graph import MessageGraph, build_message_graph
 
-__all__ = ["GNN", "MessageGraph", "build_message_graph"]
+__all__ = ["GNN", "Block", "full_block"]

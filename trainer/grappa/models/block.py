@@ -61,3 +61,9 @@ class Block:
         indptr = torch.zeros(num_dst + 1, dtype=torch.int64)
         torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=indptr[1:])
         return Block(indptr, src[order].to(torch.int32), num_src, deg, kept)
+
+
+def full_block(edge_index: Tensor, num_nodes: int, deg: Tensor) -> Block:
+    """The whole graph as one block: every node is an output row (single process, tests).
+    `edge_index` must be clean as a block requires (the dataset loaders make it so)."""
+    return Block.from_edge_index(edge_index, num_nodes, num_nodes, deg)

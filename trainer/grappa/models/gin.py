@@ -1,18 +1,30 @@
-"""GIN layer: h_v' = MLP((1 + eps) h_v + sum_{u in N(v)} h_u), MLP = Linear-BatchNorm-ReLU-Linear."""
+"""GIN layer (sum aggregation, trainable eps):
+
+    h'_v = MLP((1 + eps) h_v + sum_{u in N(v)} h_u),   MLP = Linear-BatchNorm1d-ReLU-Linear
+
+eps starts at 0. The sum is one CSR product on the input width (GIN aggregates before its MLP, so
+it cannot project first); BatchNorm normalises over the rows this block computes.
+"""
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
-from torch_geometric.nn import GINConv
 
-from .graph import MessageGraph
+from .block import Block
+from .ops import block_matmul, sum_operator
+from .sparse_input import is_sparse
 
 
 class GINLayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, hidden: int):
         super().__init__()
-        mlp = nn.Sequential(
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.eps = nn.Parameter(torch.zeros(1))
+        self.mlp = nn.Sequential(
             nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
-        self.conv = GINConv(mlp, train_eps=True)
 
-    def forward(self, h: Tensor, g: MessageGraph) -> Tensor:
-        return self.conv(h, g.edge_index)
+    def forward(self, h: Tensor, block: Block) -> Tensor:
+        if is_sparse(h):  # GNN.prepare_input keeps GIN's input dense; accept CSR all the same
+            h = h.to_dense()
+        agg = block_matmul(sum_operator(block, h.dtype), h) + (1 + self.eps) * h[:block.num_dst]
+        return self.mlp(agg)

@@ -1,4 +1,4 @@
-"""A stack of L message-passing layers with ReLU and dropout between them.
+"""A stack of L message-passing layers with ReLU and dropout between them, one block per layer.
 
 `forward` runs all layers; `layer` runs one, which the exact layer-wise evaluation uses to swap in
 remote rows between layers.
@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from .block import Block
 from .gat import GATLayer
 from .gcn import GCNLayer
 from .gin import GINLayer
-from .graph import MessageGraph
 from .sage import SAGELayer
 from .sparse_input import compact_input
 
@@ -20,13 +20,14 @@ from .sparse_input import compact_input
 def make_layer(cfg: ModelConfig, in_dim: int, out_dim: int, last: bool) -> tuple[nn.Module, int]:
     """One message-passing layer of `cfg.arch` and its real output width (GAT rounds to heads)."""
     if cfg.arch == "gcn":
-        return GCNLayer(in_dim, out_dim), out_dim
-    if cfg.arch == "sage":
-        return SAGELayer(in_dim, out_dim), out_dim
-    if cfg.arch == "gat":
+        layer = GCNLayer(in_dim, out_dim)
+    elif cfg.arch == "sage":
+        layer = SAGELayer(in_dim, out_dim)
+    elif cfg.arch == "gat":
         layer = GATLayer(in_dim, out_dim, cfg.heads, last)
-        return layer, layer.out_dim
-    return GINLayer(in_dim, out_dim, cfg.hidden), out_dim
+    else:
+        layer = GINLayer(in_dim, out_dim, cfg.hidden)
+    return layer, layer.out_dim
 
 
 class GNN(nn.Module):
@@ -42,6 +43,12 @@ class GNN(nn.Module):
             self.layers.append(layer)
 
     @property
+    def rows_independent(self) -> bool:
+        """A row's output depends on its neighbourhood only, not on which other rows a layer
+        computes: false for GIN, whose BatchNorm normalises over them."""
+        return self.arch != "gin"
+
+    @property
     def needs_gcn_weights(self) -> bool:
         return self.arch == "gcn"
 
@@ -53,29 +60,25 @@ class GNN(nn.Module):
     @property
     def widths(self) -> list[int]:
         """Output width of each layer (what an exchange between layers carries per node)."""
-        return [self._out_width(layer) for layer in self.layers]
+        return [layer.out_dim for layer in self.layers]
 
-    @staticmethod
-    def _out_width(layer: nn.Module) -> int:
-        if isinstance(layer, GATLayer):
-            return layer.out_dim
-        conv = layer.conv
-        if isinstance(layer, GINLayer):
-            return conv.nn[-1].out_features
-        return conv.out_channels
-
-    def layer(self, i: int, h: Tensor, g: MessageGraph) -> Tensor:
+    def layer(self, i: int, h: Tensor, block: Block) -> Tensor:
         if i > 0:
             # Dropout on hidden activations only: on dense bag-of-words inputs it costs most of a
             # CPU epoch (stack notes) for little regularisation gain.
             h = F.dropout(h, self.dropout, self.training)
-        h = self.layers[i](h, g)
+        h = self.layers[i](h, block)
         if i < len(self.layers) - 1:
             h = F.relu(h)
         return h
 
-    def forward(self, x: Tensor, g: MessageGraph) -> Tensor:
+    def forward(self, x: Tensor, blocks: list[Block]) -> Tensor:
+        """x: [blocks[0].num_src, F] -> [blocks[-1].num_dst, classes]."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"{len(self.layers)} layers need as many blocks, got {len(blocks)}")
         h = x
-        for i in range(len(self.layers)):
-            h = self.layer(i, h, g)
+        for i, block in enumerate(blocks):
+            if h.shape[0] != block.num_src:
+                raise ValueError(f"layer {i}: {h.shape[0]} input rows, block expects {block.num_src}")
+            h = self.layer(i, h, block)
         return h

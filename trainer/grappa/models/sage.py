@@ -1,23 +1,27 @@
-"""GraphSAGE layer (mean): h_v' = W_1 h_v + W_2 mean_{u in N(v)} h_u."""
+"""GraphSAGE layer (mean aggregation):
+
+    h'_v = W_l mean_{u in N(v)} h_u + b + W_r h_v        (mean = 0 when v has no in-edges)
+
+N(v) is v's in-edges in the block. `lin_l` (with the bias) and `lin_r` (without) follow PyG's
+SAGEConv naming and torch.nn.Linear's initialisation. Projects before aggregating (the mean
+commutes with W_l), so the product runs on `out` columns and a CSR bag-of-words `h` works.
+"""
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import SAGEConv
 
-from .graph import MessageGraph
-from .sparse_input import is_sparse
+from .block import Block
+from .ops import block_matmul, mean_operator, rows
 
 
 class SAGELayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
-        self.conv = SAGEConv(in_dim, out_dim, aggr="mean")
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.lin_l = nn.Linear(in_dim, out_dim)
+        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
 
-    def forward(self, h: Tensor, g: MessageGraph) -> Tensor:
-        if not is_sparse(h):
-            return self.conv(h, g.edge_index)
-        # CSR rows cannot be gathered per edge; project first, since W_2 commutes with the mean.
-        conv = self.conv
-        p = F.linear(h, conv.lin_l.weight)
-        return conv.propagate(g.edge_index, x=(p, p)) + conv.lin_l.bias + conv.lin_r(h)
+    def forward(self, h: Tensor, block: Block) -> Tensor:
+        p = nn.functional.linear(h, self.lin_l.weight)
+        mean = block_matmul(mean_operator(block, p.dtype), p)
+        return mean + self.lin_l.bias + self.lin_r(rows(h, block.num_dst))

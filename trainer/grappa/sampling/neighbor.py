@@ -1,6 +1,6 @@
 """Vectorised uniform neighbour sampling on a worker's local subgraph.
 
-Semantics (shared by `NeighborSampler` and the optional PyG wrapper):
+Semantics:
 
 * Messages flow src -> dst, so a node's neighbours are the sources of its in-edges.
 * ``fanouts`` are given input layer first (DGL order): with ``[15, 10, 5]`` the seeds get 5
@@ -11,16 +11,21 @@ Semantics (shared by `NeighborSampler` and the optional PyG wrapper):
   (no node is duplicated per hop) at the price of a node reached again later not receiving the
   later hop's fanout. Because each dst is expanded once and edges are drawn without replacement,
   the returned edges have distinct edge ids.
+* `SampledSubgraph.blocks` gives one block per layer (models/block.py): layer l computes the
+  nodes of hops 0 .. L-1-l from those of hops 0 .. L-l, so the last layer computes the seeds only.
+
+Our own sampler rather than PyG's: PyG's compiled samplers need pyg-lib or torch-sparse, which
+have no wheels for this torch, and this one reads the local graph's CSR as it is.
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from grappa.models.block import Block
 
 
 @dataclass
@@ -43,6 +48,26 @@ class SampledSubgraph:
     num_sampled_nodes: list[int] | None = None
     num_sampled_edges: list[int] | None = None
 
+    def blocks(self, deg: Tensor) -> list[Block]:
+        """One block per layer, input layer first; `deg` is the global in-degree of every n_id
+        node. Edges sorted by dst make every block's edges a prefix of the next larger one."""
+        hops = self.num_sampled_nodes
+        layers = len(hops) - 1
+        order = torch.argsort(self.edge_index[1], stable=True)
+        src = self.edge_index[0].index_select(0, order).to(torch.int32)
+        expanded = sum(hops[:layers])  # nodes of hops 0 .. L-1 have sampled in-edges
+        counts = torch.bincount(self.edge_index[1], minlength=expanded)[:expanded]
+        indptr = torch.zeros(expanded + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        out = []
+        for layer in range(layers):
+            num_dst = sum(hops[:layers - layer])
+            num_src = num_dst + hops[layers - layer]
+            e = int(indptr[num_dst])
+            out.append(Block(indptr[:num_dst + 1], src[:e], num_src, deg[:num_src],
+                             kept=self.num_sampled_nbrs[:num_dst]))
+        return out
+
 
 def _check_fanouts(fanouts: Sequence[int]) -> list[int]:
     out = [int(f) for f in fanouts]
@@ -63,37 +88,33 @@ def _check_graph(edge_index: Tensor, num_nodes: int) -> Tensor:
 
 
 class NeighborSampler:
-    """Uniform without-replacement L-hop in-neighbour sampler (pure PyTorch, CPU)."""
+    """Uniform without-replacement L-hop in-neighbour sampler (pure PyTorch, CPU) on a CSR by
+    destination: `indices[indptr[v]:indptr[v+1]]` are v's in-neighbours. It reads the local
+    graph's arrays as they are (int32 sources), so sampling adds no per-edge memory."""
 
-    def __init__(self, edge_index: Tensor, num_nodes: int, fanouts: Sequence[int]) -> None:
-        self.num_nodes = int(num_nodes)
+    def __init__(self, indptr: Tensor, indices: Tensor, fanouts: Sequence[int],
+                 edge_ids: Tensor | None = None) -> None:
         self.fanouts = _check_fanouts(fanouts)
-        edge_index = _check_graph(edge_index, self.num_nodes)
-        src, dst = edge_index
-        # CSC: in-edges grouped by dst. A stable sort keeps input order inside each group, so
-        # the layout (and hence sampling under a fixed generator) does not depend on the sort
-        # implementation.
-        dst_sorted, perm = torch.sort(dst, stable=True)
-        # Per CSC slot: (source node, original edge id), interleaved so that gathering a sampled
-        # slot touches one cache line instead of two arrays (the gather is memory bound).
-        self._slot_data: Tensor = torch.stack([src.index_select(0, perm), perm], 1)
-        deg = torch.bincount(dst_sorted, minlength=self.num_nodes)
-        self.indptr: Tensor = torch.zeros(self.num_nodes + 1, dtype=torch.int64)
-        torch.cumsum(deg, 0, out=self.indptr[1:])
+        self.indptr = indptr.to(torch.int64)
+        self.indices = indices
+        self.num_nodes = self.indptr.numel() - 1
+        self._edge_ids = edge_ids  # slot -> caller's edge id (from_edge_index); None: the slot
         # The global -> local map is gathered/scattered at random; int32 halves its cache
         # footprint (~15% faster sampling). Its values stay below num_nodes + num_edges.
-        small = self.num_nodes + edge_index.size(1) < torch.iinfo(torch.int32).max
+        small = self.num_nodes + indices.numel() < torch.iinfo(torch.int32).max
         self._loc_dtype = torch.int32 if small else torch.int64
 
-    @property
-    def indices(self) -> Tensor:
-        """Source node of each CSC slot."""
-        return self._slot_data[:, 0]
-
-    @property
-    def eid(self) -> Tensor:
-        """Original edge id of each CSC slot."""
-        return self._slot_data[:, 1]
+    @classmethod
+    def from_edge_index(cls, edge_index: Tensor, num_nodes: int, fanouts: Sequence[int]) -> "NeighborSampler":
+        """For a [2, E] edge list (tests, small graphs): in-edges grouped by dst. A stable sort
+        keeps input order inside each group, so sampling under a fixed generator does not depend
+        on the sort implementation; `e_id` refers to the input columns."""
+        fanouts = _check_fanouts(fanouts)
+        src, dst = _check_graph(edge_index, int(num_nodes))
+        dst_sorted, perm = torch.sort(dst, stable=True)
+        indptr = torch.zeros(int(num_nodes) + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(dst_sorted, minlength=int(num_nodes)), 0, out=indptr[1:])
+        return cls(indptr, src.index_select(0, perm), fanouts, edge_ids=perm)
 
     @property
     def num_layers(self) -> int:
@@ -103,6 +124,16 @@ class NeighborSampler:
         """In-degree of ``nodes``."""
         return self.indptr[nodes + 1] - self.indptr[nodes]
 
+    def _ranges(self, frontier: Tensor) -> tuple[Tensor, Tensor]:
+        """(first CSR slot, in-degree) of each frontier node."""
+        # `index_select` rather than `t[idx]` throughout: several times faster for large random
+        # gathers on CPU.
+        start = self.indptr.index_select(0, frontier)
+        return start, self.indptr.index_select(0, frontier + 1) - start
+
+    def _sources(self, slots: Tensor) -> Tensor:
+        return self.indices.index_select(0, slots).long()
+
     def _sample_slots(
         self, frontier: Tensor, fanout: int, generator: torch.Generator
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -111,10 +142,7 @@ class NeighborSampler:
         Returns (row, slot, count): ``row`` indexes ``frontier`` for every picked slot, ``slot``
         is the CSC position, ``count`` the number picked per frontier node.
         """
-        # Note: `index_select` rather than `t[idx]` throughout; on CPU it is several times faster
-        # for large random gathers.
-        start = self.indptr.index_select(0, frontier)
-        deg = self.indptr.index_select(0, frontier + 1) - start
+        start, deg = self._ranges(frontier)
         if fanout < 0:
             full = torch.ones_like(deg, dtype=torch.bool)
         else:
@@ -185,11 +213,10 @@ class NeighborSampler:
         for fanout in reversed(self.fanouts):
             rows, slots, count = self._sample_slots(frontier, fanout, generator)
             counts.append(count)
-            picked = self._slot_data.index_select(0, slots)
-            src = picked[:, 0].contiguous()
+            src = self._sources(slots)
             # Frontier nodes occupy the contiguous local ids frontier_first .. + len(frontier).
             dsts.append(rows + frontier_first)
-            eids.append(picked[:, 1])
+            eids.append(slots if self._edge_ids is None else self._edge_ids.index_select(0, slots))
             # Discover new nodes without sorting: every unseen source receives the smallest
             # n_cur + position among its occurrences (scatter-amin is deterministic), so the
             # first occurrence of each is the one whose position matches. Seen nodes keep
@@ -217,78 +244,6 @@ class NeighborSampler:
             num_sampled_nodes=num_nodes_hop,
             num_sampled_edges=num_edges_hop,
         )
-
-
-class PygNeighborSampler:
-    """Same contract as `NeighborSampler`, backed by PyG's compiled sampler.
-
-    Needs pyg-lib or torch-sparse. PyG draws from torch's global RNG, so ``generator`` only
-    seeds that RNG inside a forked RNG state: runs are reproducible per generator state as far as
-    the backend honours torch's seed, and the caller's global RNG is left untouched.
-    """
-
-    def __init__(self, edge_index: Tensor, num_nodes: int, fanouts: Sequence[int]) -> None:
-        from torch_geometric.data import Data
-        from torch_geometric.sampler import NeighborSampler as _PygSampler
-
-        self.num_nodes = int(num_nodes)
-        self.fanouts = _check_fanouts(fanouts)
-        edge_index = _check_graph(edge_index, self.num_nodes)
-        self._sampler = _PygSampler(
-            Data(edge_index=edge_index, num_nodes=self.num_nodes),
-            num_neighbors=list(reversed(self.fanouts)),  # PyG counts hops seed-outward
-            subgraph_type="directional",
-            replace=False,
-            disjoint=False,
-        )
-
-    def sample(self, seeds: Tensor, generator: torch.Generator) -> SampledSubgraph:
-        """See `NeighborSampler.sample`."""
-        from torch_geometric.sampler import NodeSamplerInput
-
-        seeds = seeds.to(device="cpu", dtype=torch.int64).reshape(-1)
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            out = self._sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=seeds))
-        # PyG reports CSC slots; its edge permutation maps them back to input edge ids.
-        perm = self._sampler.edge_permutation
-        e_id = out.edge if perm is None else perm[out.edge]
-        n = out.node.numel()
-        return SampledSubgraph(
-            n_id=out.node,
-            edge_index=torch.stack([out.row, out.col]),
-            e_id=e_id,
-            batch_size=seeds.numel(),
-            # Each dst is expanded once, so its sampled in-degree is its sampled neighbour count.
-            num_sampled_nbrs=torch.bincount(out.col, minlength=n),
-            num_sampled_nodes=_as_list(out.num_sampled_nodes),
-            num_sampled_edges=_as_list(out.num_sampled_edges),
-        )
-
-
-def _as_list(x: object) -> list[int] | None:
-    if x is None:
-        return None
-    return [int(v) for v in x]  # type: ignore[attr-defined]
-
-
-def pyg_sampling_available() -> bool:
-    """True when PyG has a compiled neighbour-sampling backend (pyg-lib or torch-sparse)."""
-    with contextlib.suppress(ImportError):
-        import torch_geometric.typing as pyg_typing
-
-        return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
-    return False
-
-
-def make_sampler(
-    edge_index: Tensor, num_nodes: int, fanouts: Sequence[int], prefer_pyg: bool = True
-) -> NeighborSampler | PygNeighborSampler:
-    """The PyG-backed sampler when its backend is importable and preferred, else ours."""
-    if prefer_pyg and pyg_sampling_available():
-        return PygNeighborSampler(edge_index, num_nodes, fanouts)
-    return NeighborSampler(edge_index, num_nodes, fanouts)
 
 
 def batches(train_nodes: Tensor, batch_size: int, generator: torch.Generator) -> list[Tensor]:

@@ -23,20 +23,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import protocol as proto
-from .aggregator import Aggregator, make_optimizer
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import ModelConfig, TrainConfig
-from .fullcomm import LinkPeers, build_plan, fetch_rows
-from .local_graph import build_local_graph
-from .models import build_message_graph
-from .models.gnn import make_layer
-from .models.sparse_input import compact_input
-from .params import num_buffer_values, num_params
-from .rounds import RoundDecision
-from .shard import epoch_seed
-from .step import Contribution, contribution_from
-from .worker import Worker, split_stats
+from .. import protocol as proto
+from ..aggregator import Aggregator, make_optimizer
+from ..blocks import owned_block
+from ..checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ..config import ModelConfig, TrainConfig
+from ..fullcomm import build_plan, fetch_rows
+from ..local_graph import LocalGraph
+from ..models.gnn import make_layer
+from ..models.sparse_input import compact_input
+from ..params import num_buffer_values, num_params
+from ..rounds import RoundDecision
+from ..step import Contribution, contribution_from
+from ..worker import Worker, split_stats
+from .base import Strategy
+from .full import halo_owner
 
 log = logging.getLogger("grappa.retexo")
 
@@ -77,32 +78,29 @@ def build_stage_model(cfg: TrainConfig, stage: int, num_features: int, num_class
 
 
 # ---- worker ----------------------------------------------------------------------------------
-class _StageShard:
-    """What Worker.run_epoch needs from a shard: one full-batch step on the frozen inputs."""
+class RetexoStrategy(Strategy):
+    """A worker's fixed partition and the stage it trains: one full-batch step per epoch on
+    frozen inputs (the stage's fetched rows)."""
 
-    def __init__(self, worker: "RetexoWorker"):
-        self.w = worker
+    name = "retexo"
+    needs_peers = True
 
-    def start_epoch(self, epoch: int) -> list[Tensor]:
-        s = epoch_seed(self.w.cfg.training.seed, self.w.link.rank, epoch)
-        torch.manual_seed(s)
-        return [self.w.seeds]  # even empty: every worker answers every step
+    def prepare_round(self, g: LocalGraph) -> float:
+        self.plan = build_plan(g, halo_owner(self.store, g, self.cfg.partitions), self.index,
+                               self.cfg.partitions, self.peers)
+        self.block = owned_block(g.indptr, g.indices, g.deg, g.num_owned)
+        return float(g.seeds.numel())
 
     def contribute(self, batch: Tensor, wbar: float) -> Contribution:
-        w = self.w
-        return contribution_from(w.model, lambda: w.model(w.inputs, w.mg)[:w.graph.num_owned], batch,
-                                 torch.ones(batch.numel()), w.graph.y[batch], "none", 0.0, 1.0)
+        return contribution_from(self.model, lambda: self.model(self.inputs, self.block), batch,
+                                 torch.ones(batch.numel()), self.graph.y[batch], "none", 0.0, 1.0)
 
 
 class RetexoWorker(Worker):
     def __init__(self, cfg: TrainConfig, link, store=None):
         super().__init__(cfg, link, store)
-        g = self.graph = build_local_graph(self.store, self.shard.base, None)
-        self.mg = build_message_graph(g.edge_index, g.num_nodes, g.deg, need_gcn=cfg.model.arch == "gcn")
-        self.seeds = g.seeds
-        self.peers = LinkPeers(link)
-        self.plan = None
-        self.shard = _StageShard(self)
+        self.shard.setup_round(RoundDecision(0, 0, 0))  # fixed partitions: one "round" for the run
+        self.graph = self.shard.graph
         self.stage_dir = Path(cfg.run_dir) / "retexo"
         self.own_h: Optional[Tensor] = None
 
@@ -110,12 +108,9 @@ class RetexoWorker(Worker):
         return self.stage_dir / f"stage-{stage}-worker-{self.link.rank - 1}.pt"
 
     def setup_stage(self, stage: int) -> None:
-        man, g = self.store.manifest, self.graph
-        if self.plan is None:
-            owner = self.store.chunk_of() % self.cfg.partitions
-            self.plan = build_plan(g, owner, self.link.rank - 1, self.cfg.partitions, self.peers)
+        man, g, shard = self.store.manifest, self.graph, self.shard
         if stage == 0:
-            own = g.x[:g.num_owned]
+            own = g.features.gather(torch.arange(g.num_owned))
         elif self.own_h is not None:
             own = self.own_h
         else:  # resumed mid-run: the rows this worker computed at the end of the previous stage
@@ -124,8 +119,8 @@ class RetexoWorker(Worker):
                 raise RuntimeError(f"cannot resume stage {stage}: {path} is missing (the run directory "
                                    "must be the one the job started with)")
             own = torch.load(path)
-        self.inputs = compact_input(fetch_rows(own, self.plan, self.peers))  # the stage's one exchange
-        self.model = build_stage_model(self.cfg, stage, man["num_features"], man["num_classes"])
+        shard.inputs = compact_input(fetch_rows(own, shard.plan, shard.peers))  # the stage's one exchange
+        self.model = shard.model = build_stage_model(self.cfg, stage, man["num_features"], man["num_classes"])
         self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
         self.receive_state("control")
 
@@ -133,7 +128,7 @@ class RetexoWorker(Worker):
     def evaluate(self) -> None:
         self.model.eval()
         g = self.graph
-        logits = self.model(self.inputs, self.mg)[:g.num_owned]
+        logits = self.model(self.shard.inputs, self.shard.block)
         self.link.send(split_stats(logits, g.y, (g.train_mask, g.val_mask, g.test_mask)), 0, "eval")
 
     @torch.no_grad()
@@ -141,14 +136,14 @@ class RetexoWorker(Worker):
         """Load the stage's best parameters; compute the next stage's inputs (or predictions)."""
         self.receive_state("control")
         self.model.eval()
-        g = self.graph
+        g, shard = self.graph, self.shard
         if stage == self.cfg.model.layers - 1:
-            pred = self.model(self.inputs, self.mg)[:g.num_owned].argmax(1)
+            pred = self.model(shard.inputs, shard.block).argmax(1)
             self.stage_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"global_ids": g.global_ids[:g.num_owned], "pred": pred},
                        self.stage_dir / f"predictions-worker-{self.link.rank - 1}.pt")
             return
-        self.own_h = F.relu(self.model.embed(self.inputs, self.mg))[:g.num_owned].contiguous()
+        self.own_h = F.relu(self.model.embed(shard.inputs, shard.block)).contiguous()
         self.stage_dir.mkdir(parents=True, exist_ok=True)
         tmp = self._rows_file(stage + 1).with_suffix(".tmp")
         torch.save(self.own_h, tmp)
@@ -258,3 +253,7 @@ class RetexoAggregator(Aggregator):
         self.stage_done = True
         torch.save(self.model.state_dict(), self.run_dir / f"stage-{stage}.pt")
 
+
+
+# The process loops of this strategy (entry.py): stage by stage instead of rounds.
+WORKER, AGGREGATOR = RetexoWorker, RetexoAggregator

@@ -1,4 +1,5 @@
-"""VARCO (`strategy: varco`): the full-communication exchange with compressed halo activations.
+"""VARCO (`strategy: varco`): the full-communication exchange (strategies/full.py) with
+compressed halo activations.
 
 Each exchanged activation matrix of width d travels as k = max(1, floor(d / r_t)) columns, and so
 does its gradient in the backward pass. The rate falls over training (Cervino et al.):
@@ -17,10 +18,12 @@ grad D^T and the owner applies E^T, so compression is consistent in both directi
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
+
+from .full import FullStrategy
 
 
 def rate(step: int, r_max: float, r_min: float, s: float, total_steps: int) -> float:
@@ -104,3 +107,22 @@ def make_codec(kind: str, width: int, r: float, seed: int, step: int, layer: int
     if kind == "lowrank":
         return None if k == width else LowRankCodec(width, k)
     raise ValueError(f"varco.compressor must be truncate, random or lowrank, not {kind!r}")
+
+
+class VarcoStrategy(FullStrategy):
+    """Full communication whose exchanged activations (and their gradients) travel through the
+    codec of the step's rate."""
+
+    name = "varco"
+
+    def codec_for(self) -> Optional[Callable[[int, int], object]]:
+        v, step = self.cfg.varco, self.step
+        total = v.total_steps or self.cfg.training.epochs
+        r = v.fixed_ratio if v.schedule == "fixed" else rate(step, v.r_max, v.r_min, v.slope, total)
+        seed = self.cfg.training.seed
+
+        def codec(layer: int, width: int):
+            if layer < 0 and not v.compress_input:
+                return None
+            return make_codec(v.compressor, width, r, seed, step, layer)
+        return codec

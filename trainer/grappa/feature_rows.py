@@ -1,0 +1,59 @@
+"""Feature rows of a worker's local nodes, read from the store's memory-mapped x.npy files.
+
+Nothing is copied up front: `gather` reads just the rows asked for (a mini-batch's sampled
+nodes, or once per round the rows full-graph training needs), grouped by chunk and in ascending
+row order so the page cache reads sequentially. The mapped pages are shared by every process on
+the machine that reads the same store (counted once in PSS).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class FeatureRows:
+    """Rows of `num_owned` owned nodes (chunk `owned_chunks[i]` holds local ids
+    owned_offsets[i] .. owned_offsets[i+1] in its row order) and of halo nodes (local id
+    num_owned + j lives in chunk halo_chunk[j], row halo_row[j])."""
+
+    def __init__(self, maps: dict[int, np.ndarray], owned_chunks: list[int], owned_offsets: np.ndarray,
+                 halo_chunk: np.ndarray, halo_row: np.ndarray, num_features: int) -> None:
+        self.maps = maps                      # chunk -> x.npy memory map [n_k, f]
+        self.owned_chunks = np.asarray(owned_chunks, dtype=np.int64)
+        self.owned_offsets = owned_offsets    # int64 [len(owned_chunks) + 1]
+        self.halo_chunk, self.halo_row = halo_chunk, halo_row
+        self.num_owned = int(owned_offsets[-1])
+        self.num_features = num_features
+        self.bytes_read = 0
+
+    def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk, row in that chunk's x.npy) of every local id."""
+        chunk = np.empty(ids.size, dtype=np.int64)
+        row = np.empty(ids.size, dtype=np.int64)
+        owned = ids < self.num_owned
+        o = ids[owned]
+        which = np.searchsorted(self.owned_offsets, o, side="right") - 1
+        chunk[owned] = self.owned_chunks[which]
+        row[owned] = o - self.owned_offsets[which]
+        h = ids[~owned] - self.num_owned
+        chunk[~owned] = self.halo_chunk[h]
+        row[~owned] = self.halo_row[h]
+        return chunk, row
+
+    def gather(self, local_ids: Tensor | np.ndarray) -> Tensor:
+        """float32 [m, f] rows of `local_ids`, in the order given."""
+        ids = np.asarray(local_ids, dtype=np.int64).reshape(-1)
+        out = np.empty((ids.size, self.num_features), dtype=np.float32)
+        if not ids.size:
+            return torch.from_numpy(out)
+        chunk, row = self._locate(ids)
+        order = np.lexsort((row, chunk))  # by chunk, then ascending row: sequential reads
+        chunk_sorted = chunk[order]
+        bounds = np.flatnonzero(np.r_[True, chunk_sorted[1:] != chunk_sorted[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            sel = order[a:b]
+            x_map = self.maps[int(chunk_sorted[a])]
+            out[sel] = x_map[row[sel]]
+            self.bytes_read += int(b - a) * x_map.strides[0]
+        return torch.from_numpy(out)

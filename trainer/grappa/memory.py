@@ -1,0 +1,55 @@
+"""This process's memory: peak RSS (the kernel's VmHWM) and PSS (proportional set size: a page
+shared by k processes, such as the store's memory-mapped files or torch's libraries, counts 1/k
+in each, so the PSS of all ranks adds up to what the machine really holds).
+
+The kernel keeps a peak for RSS only, so PSS is sampled: at every `sample()` call (the worker
+calls it after each step) and by an optional background thread.
+"""
+from __future__ import annotations
+
+import threading
+
+
+def _status_kib(path: str, key: str) -> int:
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process. Not getrusage's ru_maxrss: that survives exec and so
+    reports the launcher's peak when it is larger (a forked child starts with its parent's mm)."""
+    return _status_kib("/proc/self/status", "VmHWM:") * 1024
+
+
+def pss_bytes() -> int:
+    return _status_kib("/proc/self/smaps_rollup", "Pss:") * 1024
+
+
+class PeakMemory:
+    """Peak RSS and the largest PSS seen so far."""
+
+    def __init__(self, interval: float = 0.0) -> None:
+        self.peak_pss = 0
+        self._stop = threading.Event()
+        if interval > 0:
+            threading.Thread(target=self._run, args=(interval,), daemon=True).start()
+
+    def sample(self) -> None:
+        self.peak_pss = max(self.peak_pss, pss_bytes())
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def peak_rss(self) -> int:
+        return peak_rss_bytes()

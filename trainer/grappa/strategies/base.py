@@ -1,0 +1,98 @@
+"""The one interface every training strategy implements, on the worker's side.
+
+Per round a strategy builds the worker's local graph (its base chunks, plus a variable chunk for
+strategies that repartition) and derives what its steps need; per step it computes one
+`Contribution`: the gradient of its weighted loss sum and the weight sum. What crosses the
+network per step is the strategy's business (nothing for Grappa; halo rows for full and VARCO).
+The aggregator side is the same reducer for all (sum of gradients over sum of weights,
+reducer.py); a strategy that drives training differently (RETEXO's stages) names its own worker
+and aggregator loops. A fifth strategy is one new module registered in strategies/__init__.py.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+import torch
+from torch import Tensor
+
+from ..chunks.store import ChunkStore
+from ..config import TrainConfig
+from ..local_graph import LocalGraph, build_local_graph
+from ..models import GNN
+from ..rounds import RoundDecision, base_chunks
+from ..step import Contribution
+
+log = logging.getLogger("grappa.worker")
+
+
+@dataclass
+class RoundStats:
+    coverage_sum: float
+    seeds: int
+    nodes: int
+    halo: int
+    edges: int
+    seconds: float
+
+
+def epoch_seed(seed: int, rank: int, epoch: int) -> int:
+    """Seeded per (seed, rank, epoch) so a run resumed from a checkpoint replays exactly."""
+    return seed * 100_003 + rank * 7_919 + epoch
+
+
+class Strategy(ABC):
+    name: ClassVar[str]
+    repartitions: ClassVar[bool] = False  # rounds move a variable chunk (Grappa only)
+    needs_peers: ClassVar[bool] = False   # exchanges rows with other workers every step
+
+    def __init__(self, cfg: TrainConfig, rank: int, store: ChunkStore, model: GNN, peers=None) -> None:
+        if self.needs_peers and peers is None:
+            raise ValueError(f"strategy {cfg.strategy!r} needs worker-to-worker peers")
+        self.cfg, self.rank, self.index = cfg, rank, rank - 1  # rank 1..P, worker index 0..P-1
+        self.store, self.model, self.peers = store, model, peers
+        self.base = base_chunks(self.index, cfg.partitions, cfg.num_chunks)
+        self.graph: Optional[LocalGraph] = None
+        self.step = 0
+
+    def variable_chunk(self, decision: RoundDecision) -> Optional[int]:
+        """The chunk this worker holds beside its base chunks in `decision`'s round."""
+        return None
+
+    def setup_round(self, decision: RoundDecision) -> RoundStats:
+        t0 = time.perf_counter()
+        var = self.variable_chunk(decision)
+        self.graph = g = build_local_graph(self.store, self.base, var)
+        coverage_sum = self.prepare_round(g)
+        seeds = g.seeds
+        log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
+                 decision.round, var, g.num_nodes, g.num_halo, g.num_edges,
+                 coverage_sum / seeds.numel() if seeds.numel() else float("nan"))
+        return RoundStats(coverage_sum, int(seeds.numel()), g.num_nodes, g.num_halo, g.num_edges,
+                          time.perf_counter() - t0)
+
+    @abstractmethod
+    def prepare_round(self, g: LocalGraph) -> float:
+        """Derive what this round's steps need from the local graph; returns the coverage sum
+        over the seeds (the number of seeds when every seed is fully covered)."""
+
+    def start_epoch(self, epoch: int) -> list[Tensor]:
+        """Seeds the RNGs for this epoch (dropout, sampling) and returns its batches of seeds."""
+        self.step = epoch  # the global step in full-graph mode
+        s = epoch_seed(self.cfg.training.seed, self.rank, epoch)
+        self.gen = torch.Generator().manual_seed(s)
+        torch.manual_seed(s)  # dropout masks
+        seeds = self.graph.seeds
+        if self.cfg.training.mode == "full-graph":
+            return [seeds] if seeds.numel() or self.needs_peers else []
+        if not seeds.numel():
+            return []
+        order = seeds[torch.randperm(seeds.numel(), generator=self.gen)]
+        return list(order.split(self.cfg.training.batch_size))
+
+    @abstractmethod
+    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
+        """This worker's part of one step for the seeds in `batch` (local ids)."""
