@@ -44,7 +44,7 @@ bench-network: venv
 	$(PY) bench/network.py --datasets coauthor-physics --partitions 4,2 --layers 2,3,4 --presets 1gbit --epochs 3 --repeats 3 --strategies grappa,full
 	$(PY) bench/network.py --datasets coauthor-physics --partitions 4 --layers 2,3 --presets 10gbit --epochs 3 --repeats 1 --strategies grappa,full
 	$(PY) bench/network.py --datasets coauthor-physics --partitions 4 --layers 3 --presets 100mbit --epochs 3 --repeats 1 --strategies grappa,full
-	$(PY) bench/network.py --experiment scaling --scales 18,19 --partitions 8 --layers 3 --presets 1gbit --epochs 3 --strategies grappa,full
+	$(PY) bench/network.py --experiment scaling --scales 18,19,20 --partitions 8 --layers 3 --presets 1gbit --epochs 3 --strategies grappa,full
 
 # Also feeds the accuracy section of benchmarks.md, hence the re-render at the end.
 bench-strategies: venv
@@ -62,6 +62,13 @@ bench-scale: venv
 	$(PY) bench/scale.py --design in-memory --scales 17,18,19
 	$(PY) bench/scale.py --design streaming --feature-dtype float32 --scales 17,18,19,20,22
 	$(PY) bench/scale.py --design streaming --feature-dtype float16 --scales 17,18,19,20,22,24,26
+	$(PY) bench/train_scale.py --design previous --scales 10,17,18 --archs sage --modes mini-batch,full-graph
+	$(PY) bench/train_scale.py --design previous --scales 19 --archs sage --modes mini-batch
+	$(PY) bench/train_scale.py --scales 17,18 --archs sage --modes mini-batch,full-graph
+	$(PY) bench/train_scale.py --scales 10,19,20,22,24 --archs sage,gcn --modes mini-batch
+	$(PY) bench/train_scale.py --scales 10,19,20 --archs sage,gcn --modes full-graph
+	$(PY) bench/train_scale.py --scales 10,19,20 --archs gat,gin --modes mini-batch
+	$(PY) bench/layers.py
 
 clean-data:
 	rm -rf .data runs

@@ -82,3 +82,29 @@ def test_accuracy_contrasts_use_settings_complete_for_both_methods(tmp_path):
     assert uw.endswith("| 3 | 2 | +0.3 | +1.0 | -2.0 to +2.0 |")
     assert fp.endswith("| 4 | 2 | +2.5 | +0.5 | -1.0 to +10.0 |")
     assert "Grid status: 34 of 48 (dataset, model, depth, method, seed) runs measured; cells" in page
+
+
+def train_run(scale: int, mode: str, pss: float, rss: float, edges: int, design: str = "streaming") -> dict:
+    gib = 2 ** 30
+    return {"design": design, "mode": mode, "arch": "sage", "scale": scale, "partitions": 2,
+            "worker_peak_pss_bytes": [int(pss * gib)] * 2, "worker_peak_rss_bytes": [int(rss * gib)] * 2,
+            "worker_local_edges": [edges] * 2, "aggregator_peak_pss_bytes": gib // 4,
+            "tree_peak_rss_bytes": 3 * gib, "train_seconds": [10.0], "steps_per_epoch": 100, "test_acc": 0.5}
+
+
+def test_training_section_bytes_per_edge_above_the_floor_and_verdicts(tmp_path):
+    render = load("render_train_scale")
+    runs = {"streaming/mini-batch/sage/rmat-10": train_run(10, "mini-batch", 0.25, 0.5, 1000),
+            "streaming/mini-batch/sage/rmat-24": train_run(24, "mini-batch", 0.25 + 2.0, 0.5 + 4.0, 2 ** 26),
+            "streaming/full-graph/sage/rmat-10": train_run(10, "full-graph", 0.25, 0.5, 1000),
+            "streaming/full-graph/sage/rmat-19": train_run(19, "full-graph", 1.25, 1.5, 2 ** 22)}
+    page = "\n".join(render.training_section(runs, tmp_path))
+    # 2 GiB above the floor over 2^26 edges = 32 B (PSS); 4 GiB = 64 B (RSS); 100 ms per step.
+    row = next(line for line in page.splitlines() if "| mini-batch | sage | 24 |" in line)
+    assert "| 32 B / 64 B |" in row and "100 ms / step (100 steps)" in row
+    assert "RMAT-24 at P = 8 mini-batch: met" in page
+    assert "mini-batch: ≤ 128 B per local edge above a floor ≤ 0.5 GiB: met on PSS" in page
+    # full-graph: 1 GiB over 2^22 edges = 256 B; 1.5 GiB peak RSS > 1 GiB
+    assert "full-graph: ≤ 128 B per local edge above a floor ≤ 0.5 GiB: missed on PSS" in page
+    assert "RMAT-19 full-graph at P = 8 within 1 GiB per worker: missed" in page
+    assert (tmp_path / "scale-train.png").exists()

@@ -24,3 +24,23 @@ def test_complete_graph_has_full_coverage():
     indptr, indices = csr([[0, 1, 2, 0], [1, 2, 0, 2]], 3)
     c = coverage(indptr, indices, torch.ones(3, dtype=torch.bool), 4)
     assert torch.allclose(c, torch.ones(3, dtype=torch.float64))
+
+
+def test_slabs_give_the_dense_result(monkeypatch):
+    """Rows cut into many slabs (one edge each, and rows with no edges) change nothing."""
+    import grappa.coverage as cov_mod
+    g = torch.Generator().manual_seed(0)
+    n, e = 40, 160
+    ei = torch.randint(0, n, (2, e), generator=g)
+    ei = ei[:, ei[0] != ei[1]].unique(dim=1)
+    indptr, indices = csr(ei.tolist(), n)
+    complete = torch.rand(n, generator=g) < 0.6
+    adj = torch.zeros(n, n, dtype=torch.float64)
+    adj[ei[1], ei[0]] = 1.0
+    dense = complete.to(torch.float64)
+    for _ in range(2):
+        dense = (dense + adj @ dense) / (adj.sum(1) + 1.0)
+    monkeypatch.setattr(cov_mod, "_SLAB_EDGES", 1)
+    assert torch.allclose(coverage(indptr, indices, complete, 3), dense)
+    monkeypatch.setattr(cov_mod, "_SLAB_EDGES", 1 << 22)
+    assert torch.allclose(coverage(indptr, indices, complete, 3), dense)

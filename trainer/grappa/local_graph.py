@@ -6,6 +6,7 @@ Owned nodes are *complete* (every in-edge present); halo nodes have global degre
 rows but no in-edges, so message passing stops at them. Local ids: owned first (base chunks
 first, each chunk in its row order), then the halo in ascending global id. Memory: 4 bytes per
 local edge, about 20 per local node; features stay in the store's memory maps (`FeatureRows`).
+Building it holds a few slabs on top, never a second per-edge array.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .chunks.store import ChunkStore
 from .feature_rows import FeatureRows
 from .sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 
-_MAP_BLOCK = 1 << 22  # edges mapped to local ids per step, bounding the int64 temporaries
+_MAP_BLOCK = 1 << 20  # ids mapped per step: bounds the int64 temporaries (~40 MiB)
 
 
 @dataclass
@@ -98,6 +99,21 @@ def _sorted_unique(a: np.ndarray) -> np.ndarray:
     return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
 
 
+def _distinct(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Sorted distinct values of the (memory-mapped) arrays, read one slab at a time: memory is
+    bounded by the distinct values plus a few slabs, not by the arrays' length."""
+    parts: list[np.ndarray] = []
+    held = 0
+    for a in arrays:
+        for lo in range(0, a.shape[0], _MAP_BLOCK):
+            parts.append(_sorted_unique(np.asarray(a[lo:lo + _MAP_BLOCK])))
+            held += parts[-1].size
+            if held > 4 * _MAP_BLOCK and len(parts) > 1:
+                parts = [_sorted_unique(np.concatenate(parts))]
+                held = parts[0].size
+    return _sorted_unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+
+
 def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional[int] = None) -> LocalGraph:
     """The owned chunks' CSR and the halo they reach, mapped to local ids."""
     chunks = list(base) + ([variable] if variable is not None else [])
@@ -112,11 +128,14 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
     edge_offsets = np.concatenate([[0], np.cumsum(edge_counts)]).astype(np.int64)
     indptr_owned = np.concatenate([[0]] + [np.asarray(maps[k]["indptr"][1:]) + edge_offsets[i]
                                            for i, k in enumerate(chunks)])
-    src = np.concatenate([np.asarray(maps[k]["indices"]) for k in chunks])  # global ids
 
-    # Every distinct source, then whether it is owned: its chunk is computed from its id.
-    uniq = _sorted_unique(src)
-    chunk_u = store.assignment.chunk_of(uniq)
+    # Every distinct source, then whether it is owned: its chunk is computed from its id. The only
+    # array as long as the local edges is the int32 result.
+    uniq = _distinct([maps[k]["indices"] for k in chunks])
+    assignment = store.assignment
+    chunk_u = np.empty(uniq.size, dtype=assignment.dtype)
+    for lo in range(0, uniq.size, _MAP_BLOCK):  # the id hash makes int64 temporaries
+        chunk_u[lo:lo + _MAP_BLOCK] = assignment.chunk_of(uniq[lo:lo + _MAP_BLOCK])
     local_u = np.empty(uniq.size, dtype=np.int64)
     owned_u = np.isin(chunk_u, chunks)
     for i, k in enumerate(chunks):
@@ -124,12 +143,16 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
         local_u[sel] = offsets[i] + np.searchsorted(maps[k]["nodes"], uniq[sel])
     halo = uniq[~owned_u]
     local_u[~owned_u] = num_owned + np.arange(halo.size)
-    indices = np.empty(src.size, dtype=np.int32)
+    indices = np.empty(int(edge_offsets[-1]), dtype=np.int32)
     uniq_t = torch.from_numpy(uniq)
-    for lo in range(0, src.size, _MAP_BLOCK):  # torch's searchsorted uses every thread
-        pos = torch.searchsorted(uniq_t, torch.from_numpy(src[lo:lo + _MAP_BLOCK])).numpy()
-        indices[lo:lo + _MAP_BLOCK] = local_u[pos]
-    del src, local_u, uniq_t
+    for i, k in enumerate(chunks):
+        src = maps[k]["indices"]  # global ids, memory-mapped
+        for lo in range(0, src.shape[0], _MAP_BLOCK):  # torch's searchsorted uses every thread
+            part = torch.from_numpy(np.array(src[lo:lo + _MAP_BLOCK]))  # a writable copy of one slab
+            pos = torch.searchsorted(uniq_t, part).numpy()
+            at = int(edge_offsets[i]) + lo
+            indices[at:at + pos.size] = local_u[pos]
+    del local_u, uniq_t
 
     # Halo: where each row lives in the store, and its global in-degree.
     halo_chunk = chunk_u[~owned_u].astype(np.int32)

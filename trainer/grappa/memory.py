@@ -7,7 +7,24 @@ calls it after each step) and by an optional background thread.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
+
+
+def release_free_memory() -> bool:
+    """Hand the C heap's free pages back to the kernel (glibc's malloc_trim).
+
+    Building a round's local graph frees many large temporaries, and glibc keeps them in a heap
+    that only shrinks from its top: without this, ~6 bytes per local edge stayed resident for the
+    whole round (measured on RMAT-20). Called once per round, so steps keep glibc's fast reuse.
+    False where the C library has no malloc_trim (musl, macOS): nothing changes there.
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0)) if name else False
+    except (OSError, AttributeError):
+        return False
 
 
 def _status_kib(path: str, key: str) -> int:

@@ -155,12 +155,17 @@ class Worker:
             self.metrics.peak_pss.set(self.memory.peak_pss)
 
     # -- main loop ---------------------------------------------------------------------------
+    def recv_control(self) -> tuple[float, ...]:
+        """The aggregator's next control message: (command, epoch, round or stage, pairing seed,
+        steps, evaluate?, mean weight)."""
+        ctrl = self.link.recv(torch.empty(proto.CONTROL_LEN, dtype=torch.float64), 0, "control")
+        return tuple(ctrl[i].item() for i in range(7))
+
     def run(self) -> None:
         self.send_eval_layout()
         self.receive_state("control")
         while True:
-            ctrl = self.link.recv(torch.empty(proto.CONTROL_LEN, dtype=torch.float64), 0, "control")
-            cmd, epoch, rnd, seed, steps, do_eval, wbar = (ctrl[i].item() for i in range(7))
+            cmd, epoch, rnd, seed, steps, do_eval, wbar = self.recv_control()
             if cmd == proto.CMD_STOP:
                 return
             if cmd == proto.CMD_ROUND:

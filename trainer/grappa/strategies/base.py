@@ -22,6 +22,7 @@ from torch import Tensor
 from ..chunks.store import ChunkStore
 from ..config import TrainConfig
 from ..local_graph import LocalGraph, build_local_graph
+from ..memory import release_free_memory
 from ..models import GNN
 from ..rounds import RoundDecision, base_chunks
 from ..step import Contribution
@@ -65,14 +66,20 @@ class Strategy(ABC):
     def setup_round(self, decision: RoundDecision) -> RoundStats:
         t0 = time.perf_counter()
         var = self.variable_chunk(decision)
+        self.end_round()  # the old round's graph goes before the new one is built
         self.graph = g = build_local_graph(self.store, self.base, var)
         coverage_sum = self.prepare_round(g)
+        release_free_memory()
         seeds = g.seeds
         log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
                  decision.round, var, g.num_nodes, g.num_halo, g.num_edges,
                  coverage_sum / seeds.numel() if seeds.numel() else float("nan"))
         return RoundStats(coverage_sum, int(seeds.numel()), g.num_nodes, g.num_halo, g.num_edges,
                           time.perf_counter() - t0)
+
+    def end_round(self) -> None:
+        """Drop what the finished round's steps used (a strategy that repartitions extends it)."""
+        self.graph = None
 
     @abstractmethod
     def prepare_round(self, g: LocalGraph) -> float:

@@ -43,6 +43,10 @@ class GrappaStrategy(Strategy):
         return variable_chunk(self.index, self.cfg.partitions, self.cfg.num_chunks, decision,
                               self.cfg.grappa.rounds.pairing)
 
+    def end_round(self) -> None:
+        super().end_round()
+        self.cov = self.blocks = self.x = self.seed_rows = self.sampler = None
+
     def prepare_round(self, g: LocalGraph) -> float:
         self.cov = coverage(g.indptr, g.indices, g.complete, self.cfg.model.layers).to(torch.float32)
         seeds = g.seeds

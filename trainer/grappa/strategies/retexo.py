@@ -151,8 +151,7 @@ class RetexoWorker(Worker):
 
     def run(self) -> None:
         while True:
-            ctrl = self.link.recv(torch.empty(proto.CONTROL_LEN, dtype=torch.float64), 0, "control")
-            cmd, epoch, stage, _, steps, do_eval, wbar = (ctrl[i].item() for i in range(7))
+            cmd, epoch, stage, _, steps, do_eval, wbar = self.recv_control()
             if cmd == proto.CMD_STOP:
                 return
             if cmd == proto.CMD_STAGE:
