@@ -48,6 +48,17 @@ def test_training_bytes_are_exactly_the_gradient_only_floor(tmp_path, mode):
     for rec in report["history"]:
         assert rec["train_bytes"] == cfg.partitions * steps * per_step_per_worker
     assert report["rounds"] == [0, 1, 2]  # a new round every epoch, switched at boundaries
+    # Every rank's memory, per epoch and in the report: present, and plausible for a small job.
+    lines = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    epochs = [x for x in lines if "worker_peak_pss_bytes" in x]
+    assert len(epochs) == cfg.training.epochs
+    mem = report["memory"]
+    for rss, pss, edges, per_edge in zip(mem["worker_peak_rss_bytes"], mem["worker_peak_pss_bytes"],
+                                         mem["worker_local_edges"], mem["worker_pss_bytes_per_local_edge"]):
+        assert 50 * 2**20 < pss <= rss < 4 * 2**30
+        assert edges > 0 and per_edge == pytest.approx(pss / edges)
+    assert 0 < mem["aggregator_peak_pss_bytes"] <= mem["aggregator_peak_rss_bytes"]
+    assert mem["job_peak_pss_bytes"] == sum(mem["worker_peak_pss_bytes"]) + mem["aggregator_peak_pss_bytes"]
 
 
 def test_resume_continues_at_the_saved_epoch_and_replays_exactly(tmp_path):
