@@ -220,18 +220,22 @@ class Aggregator:
             t0 = time.perf_counter()
             before = self.link.bytes.snapshot()
             decision = self.rounds.decide(epoch, self.progress, decision)
+            build_seconds = 0.0  # the slowest worker's local-graph build, in epochs that start a round
             if decision != applied:
                 rinfo = self.setup_round(decision, epoch)
                 applied = decision
+                build_seconds = rinfo["build_seconds"]
             do_eval = (epoch + 1) % cfg.training.eval_every == 0 or epoch == epochs - 1
             rec = {"epoch": epoch + 1, "round": decision.round, "round_start": decision.effective_epoch,
-                   "steps": rinfo["steps"]}
+                   "steps": rinfo["steps"], "round_build_seconds": build_seconds}
             rec.update(self.train_epoch(epoch, rinfo, do_eval))
             train_bytes = self._delta(before, "train")
             eval_before = self.link.bytes.snapshot()
+            eval_started = time.perf_counter()
             if do_eval:
                 rec.update(self.evaluate())
                 self._track_best(rec, epoch + 1)
+            rec["eval_seconds"] = time.perf_counter() - eval_started
             rec.update({
                 "epoch_seconds": time.perf_counter() - t0, "wbar": rinfo["wbar"],
                 "train_bytes": train_bytes, "eval_bytes": self._delta(eval_before, "eval"),
