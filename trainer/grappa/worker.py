@@ -20,16 +20,16 @@ from .blocks import owned_block
 from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .fullcomm import LinkPeers
-from .local_graph import build_local_graph
 from .idhash import hash64, hash_key
+from .local_graph import build_local_graph
 from .memory import PeakMemory
-from .sampling.store_sampler import StoreSampler
-from .strategies.base import epoch_seed
 from .models import GNN
 from .params import flat_state, load_flat_state, num_buffer_values, num_params
 from .rounds import RoundDecision
+from .sampling.store_sampler import StoreSampler
+from .sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from .step import Contribution
-from .strategies import make_strategy, strategy_class
+from .strategies import epoch_seed, make_strategy, strategy_class
 from .transport import Link
 
 class Worker:
@@ -46,6 +46,7 @@ class Worker:
         self.shard = make_strategy(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
         self.memory = PeakMemory(interval=0.5)  # PSS has no kernel peak: sampled
+        self._epoch = 0  # the epoch being run, for the sampled evaluation's seed
 
     # -- set-up ------------------------------------------------------------------------------
     def send_eval_layout(self) -> None:
@@ -117,14 +118,16 @@ class Worker:
         its own generator per epoch, so training's random streams are untouched."""
         self.model.eval()
         ids, y, split = self.eval_nodes
-        gen = torch.Generator().manual_seed(epoch_seed(self.cfg.training.seed, self.link.rank, self._epoch) + 1)
+        seed = epoch_seed(self.cfg.training.seed, self.link.rank, self._epoch) + 1
+        gen = torch.Generator().manual_seed(seed)
         stats = torch.zeros(proto.EVAL_STATS_LEN, dtype=torch.float64)
+        codes = (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST)
         for lo in range(0, ids.numel(), self.cfg.training.batch_size):
             batch = slice(lo, lo + self.cfg.training.batch_size)
             sub = self.eval_sampler.sample(ids[batch], gen)
             x, deg = self.store.load_node_rows(sub.n_id)
             logits = self.model(x, sub.blocks(deg))
-            stats += split_stats(logits, y[batch], tuple(split[batch] == c for c in (1, 2, 3)))
+            stats += split_stats(logits, y[batch], tuple(split[batch] == c for c in codes))
         self.link.send(stats, 0, "eval")
 
     def epoch_command(self, epoch: int, steps: int, wbar: float, do_eval: bool) -> None:
@@ -188,6 +191,9 @@ def split_stats(logits: Tensor, y: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
     return torch.tensor(stats, dtype=torch.float64)
 
 
+_EVAL_SUBSET_STREAM = 0x4556  # hash stream of the evaluation subset, apart from the chunk hash's
+
+
 def sampled_eval_nodes(store: ChunkStore, base: list[int], cfg: TrainConfig) -> tuple[Tensor, Tensor, Tensor]:
     """(global ids, labels, split codes) of the base chunks' nodes in a split: all of them, or a
     fixed seeded share `training.evalFraction` (the same subset at every evaluation)."""
@@ -196,7 +202,8 @@ def sampled_eval_nodes(store: ChunkStore, base: list[int], cfg: TrainConfig) -> 
         m = store.chunk_maps(k)
         keep = np.asarray(m["split"]) > 0
         if cfg.training.eval_fraction < 1.0:
-            h = hash64(np.asarray(m["nodes"]), hash_key(cfg.training.seed, 0x4556))
+            # a hash of the id, not a random draw: the same nodes at every evaluation and restart
+            h = hash64(np.asarray(m["nodes"]), hash_key(cfg.training.seed, _EVAL_SUBSET_STREAM))
             keep &= (h >> np.uint64(11)).astype(np.float64) < cfg.training.eval_fraction * float(1 << 53)
         ids.append(np.asarray(m["nodes"])[keep].astype(np.int64))
         y.append(np.asarray(m["y"])[keep].astype(np.int64))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -23,10 +24,9 @@ from ..step import Contribution, contribution_from
 from .base import Strategy
 
 
-def halo_owner(store, g: LocalGraph, partitions: int) -> Tensor:
-    """Worker index of each halo node: its chunk (computed from its id) mod P."""
-    halo = g.global_ids[g.num_owned:].numpy()
-    return torch.from_numpy(store.assignment.chunk_of(halo) % partitions)
+def halo_owner(g: LocalGraph, partitions: int) -> Tensor:
+    """Worker index of each halo node: its chunk (found when the graph was built) mod P."""
+    return torch.from_numpy(g.features.halo_chunk.astype(np.int64) % partitions)
 
 
 def forward_full(model: GNN, x_own: Tensor, block: Block, plan: HaloPlan, peers: Peers,
@@ -63,7 +63,7 @@ class FullStrategy(Strategy):
         self.fetch_log: dict = {}  # bytes sent per (layer, direction), for byte accounting
 
     def prepare_round(self, g: LocalGraph) -> float:
-        self.plan = build_plan(g, halo_owner(self.store, g, self.cfg.partitions), self.index,
+        self.plan = build_plan(g, halo_owner(g, self.cfg.partitions), self.index,
                                self.cfg.partitions, self.peers)
         self.block = owned_block(g.indptr, g.indices, g.deg, g.num_owned)
         self.x_own = g.features.gather(torch.arange(g.num_owned))  # halo rows are fetched per step

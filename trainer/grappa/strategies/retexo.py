@@ -86,7 +86,7 @@ class RetexoStrategy(Strategy):
     needs_peers = True
 
     def prepare_round(self, g: LocalGraph) -> float:
-        self.plan = build_plan(g, halo_owner(self.store, g, self.cfg.partitions), self.index,
+        self.plan = build_plan(g, halo_owner(g, self.cfg.partitions), self.index,
                                self.cfg.partitions, self.peers)
         self.block = owned_block(g.indptr, g.indices, g.deg, g.num_owned)
         return float(g.seeds.numel())
