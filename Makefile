@@ -20,12 +20,13 @@ $(VENV)/.ready: hack/requirements.lock
 demo: venv
 	$(PY) -m grappa train --dataset csbm --partitions 4 --run-dir runs/demo
 
-# Cold: builds the control plane (~30 min on 2 cores, cached by version afterwards) and installs
-# Debian's prometheus; warm: straight to pytest.
+# Everything, the e2e suite on a kind cluster built offline (hack/kind/README.md: needs root and
+# Docker's engine). Cold: builds the control plane, the node image and the images from the
+# Dockerfile, each cached by version; warm: cluster, image load and pytest. Teardown always runs
+# and fails the run if anything left the bed's bridges or is left behind.
 test: venv
-	hack/install-prometheus.sh
-	bin=$$(set -o pipefail; GRAPPA_CACHE=$(GRAPPA_CACHE) hack/build-controlplane.sh | tail -1) && \
-	  GRAPPA_CONTROLPLANE_BIN=$$bin $(PY) -m pytest -q tests
+	hack/install-test-deps.sh
+	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/kind/bed.sh run -- $(PY) -m pytest -q tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests -m "not e2e"
@@ -75,6 +76,10 @@ clean-data:
 
 # Builds kube-apiserver/controller-manager/scheduler, kubectl, etcd and helm from source into a
 # versioned folder under $(GRAPPA_CACHE) (first run ~tens of minutes, then instant); prints its bin/.
-.PHONY: controlplane
+.PHONY: controlplane kind-images
 controlplane:
 	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/build-controlplane.sh
+
+# The kind bed's cached images only (base, operator, trainer, node), without a cluster.
+kind-images: venv
+	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/kind/bed.sh build

@@ -9,9 +9,10 @@ mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
 flock 9
 [ -f "$venv/.ready" ] && exit 0
-echo ">> creating virtualenv $venv (first run only: downloads torch, a few minutes)"
+# Wheels come from the shared wheelhouse (downloaded once per lock; the images use it too).
+wheels=$(PYTHON=$python "$(dirname "$0")/wheelhouse.sh" | tail -1)
+echo ">> creating virtualenv $venv from $wheels"
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --progress-bar off -r "$(dirname "$0")/requirements.lock"
+"$venv/bin/pip" install --progress-bar off --no-index --find-links "$wheels" -r "$(dirname "$0")/requirements.lock"
 touch "$venv/.ready"

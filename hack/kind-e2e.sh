@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite (tests/e2e, marker `e2e`) against a kind cluster.
 #
-#   *** This script cannot run on the project's CI/dev machines: they have no Docker engine and no
-#   *** registry. There, `make test` runs the same suite against a local control plane built from
-#   *** source plus the "process node" (see docs/testing.md). Use this script on a workstation
-#   *** with docker (or podman via KIND_EXPERIMENTAL_PROVIDER=podman) and kind installed.
+# For a workstation with internet, Docker (or podman via KIND_EXPERIMENTAL_PROVIDER=podman) and
+# kind: kind's own node image, images built online from the Dockerfile, no quirks. `make test`
+# runs the same suite on a kind cluster built entirely offline instead (hack/kind/README.md).
 #
 # What it does:
 #   1. builds the operator and trainer images from the Dockerfile (targets `operator`, `trainer`);
@@ -23,12 +22,10 @@
 #   PYTHON            interpreter with the test dependencies (default: the Makefile's venv)
 #   extra arguments are passed to pytest, e.g.  hack/kind-e2e.sh -k grappajob -x
 #
-# Differences from the local test bed the suite copes with: pods pull nothing (images are
-# loaded, pullPolicy Never); the job's storage is a ReadWriteOnce claim served by kind's
-# local-path provisioner; Prometheus on the host scrapes the pods through the API server's pod
-# proxy (pod IPs are not routable from the host); `kubectl logs` is used for pod logs; tests that
-# inspect local processes skip themselves. Keep this script in sync with tests/e2e/helpers.py
-# (the GRAPPA_E2E_* variables) and docs/testing.md.
+# Pods pull nothing (images are loaded, pullPolicy Never); the job's storage is a ReadWriteOnce
+# claim served by kind's local-path provisioner; Prometheus on the host scrapes the pods through
+# the API server's pod proxy (pod IPs are not routable from the host). Keep this script in sync
+# with hack/kind/bed.sh (the same variables), tests/e2e/helpers.py and docs/testing.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -67,6 +64,7 @@ cleanup() {
 }
 KUBECONFIG_FILE=$(mktemp -t kind-grappa-e2e.XXXXXX)
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 kind get kubeconfig --name "$KIND_CLUSTER" >"$KUBECONFIG_FILE"
 
 echo ">> loading images into $KIND_CLUSTER" >&2

@@ -1,14 +1,15 @@
 """Session fixtures of the end-to-end suite (see docs/testing.md).
 
-`cluster` is either a throw-away local control plane plus the process node, or, with
-GRAPPA_E2E_USE_KUBECONFIG=1, whatever cluster $KUBECONFIG points at.
+`cluster` is whatever cluster $KUBECONFIG points at, with GRAPPA_E2E_USE_KUBECONFIG=1: `make test`
+builds the offline kind bed (hack/kind/bed.sh) and sets both; hack/kind-e2e.sh does the same on a
+machine with kind and internet; any other cluster works with the images loaded or pullable.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,60 +18,40 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import Cluster, LocalCluster, find_tool, tool_env  # noqa: E402
-from cluster.binaries import locate, stamped_versions  # noqa: E402
+from cluster import Cluster, find_tool, tool_env  # noqa: E402
+from cluster.binaries import stamped_versions  # noqa: E402
 
-
-_EXPORTED = ("KUBECONFIG", "PATH", "KUBECACHEDIR", "HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")
+NO_CLUSTER = ("the e2e tests need a cluster: run `make test` (builds the offline kind bed, "
+              "hack/kind/README.md), or hack/kind-e2e.sh on a machine with kind, or point KUBECONFIG at a "
+              "cluster and set GRAPPA_E2E_USE_KUBECONFIG=1; for the unit tests only: make test-unit "
+              "(pytest -m 'not e2e')")
 
 
 def _use_existing() -> bool:
     return os.environ.get("GRAPPA_E2E_USE_KUBECONFIG") == "1" and bool(os.environ.get("KUBECONFIG"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (CI cancelling, the bed's teardown) unwinds like Ctrl-C, so session finalisers run:
+    # releases are uninstalled and Prometheus is stopped instead of orphaned.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` / `-k` deselection: only e2e tests that will run count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _use_existing() and any(item.get_closest_marker("e2e") for item in items):
+        raise pytest.UsageError(NO_CLUSTER)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    if _use_existing():
-        kubeconfig = Path(os.environ["KUBECONFIG"])
-        bin_env = os.environ.get("GRAPPA_CONTROLPLANE_BIN")
-        bin_dir = Path(bin_env) if bin_env else None
-        yield Cluster(kubeconfig, find_tool("kubectl", bin_dir), find_tool("helm", bin_dir),
-                      env=tool_env(kubeconfig, bin_dir))
-        return
-
-    bin_dir = locate()
-    local = LocalCluster(bin_dir)
-    t0 = time.monotonic()
-    try:
-        local.start()  # stops whatever it started if it fails
-    except BaseException:
-        if os.environ.get("GRAPPA_E2E_KEEP_DIR") != "1":
-            local.remove()
-        raise
-    sys.stderr.write(f"\ne2e: local cluster up in {time.monotonic() - t0:.1f}s at {local.server}, "
-                     f"files in {local.root}\n")
-    env = tool_env(local.kubeconfig, bin_dir, local.root / "tools")
-    # Tests, the kubernetes client, and any kubectl/helm a test starts itself (without
-    # cluster.env) find the cluster, and keep their caches in the temp folder, this way.
-    saved_env = {k: os.environ.get(k) for k in _EXPORTED}
-    os.environ.update({k: env[k] for k in _EXPORTED})
-    c = Cluster(local.kubeconfig, str(bin_dir / "kubectl"), str(bin_dir / "helm"), local=local,
-                expected_version=stamped_versions(bin_dir).get("kubernetes"), env=env)
-    try:
-        yield c
-    finally:
-        leftovers = local.stop()
-        keep = os.environ.get("GRAPPA_E2E_KEEP_DIR") == "1"
-        if not keep:
-            local.remove()
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        # The session finaliser's promise: nothing survives the test bed.
-        assert not leftovers, f"processes survived teardown (now killed): {leftovers}"
-        assert keep or not local.root.exists(), f"{local.root} was not removed"
+    kubeconfig = Path(os.environ["KUBECONFIG"])
+    bin_env = os.environ.get("GRAPPA_CONTROLPLANE_BIN")
+    bin_dir = Path(bin_env) if bin_env else None
+    # On the bed the node is built from the same pinned release as the control plane's kubectl.
+    expected = stamped_versions(bin_dir).get("kubernetes") if bin_dir and os.environ.get("GRAPPA_E2E_KIND_CLUSTER") else None
+    yield Cluster(kubeconfig, find_tool("kubectl", bin_dir), find_tool("helm", bin_dir),
+                  expected_version=expected, env=tool_env(kubeconfig, bin_dir))
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@ test_prometheus): helm/kubectl wrappers, the operator release, GrappaJob manifes
 waits whose failure message dumps the job's status, Events, pods and logs.
 
 Everything here talks to the cluster through kubectl/helm only, so the same code runs against the
-local test bed and against any cluster named by $KUBECONFIG (GRAPPA_E2E_USE_KUBECONFIG=1, e.g.
-hack/kind-e2e.sh). Images: the process node ignores them; on a real cluster set
-GRAPPA_E2E_OPERATOR_IMAGE and GRAPPA_E2E_TRAINER_IMAGE (repository:tag) and, for images loaded
-into kind, GRAPPA_E2E_PULL_POLICY=Never.
+offline kind bed of `make test` and against any cluster named by $KUBECONFIG
+(GRAPPA_E2E_USE_KUBECONFIG=1, e.g. hack/kind-e2e.sh). Images: GRAPPA_E2E_OPERATOR_IMAGE and
+GRAPPA_E2E_TRAINER_IMAGE (repository:tag) and, for images loaded into kind,
+GRAPPA_E2E_PULL_POLICY=Never (the bed sets all three).
 
 Session-wide objects (the operator release, the happy-path job) are cached here rather than in
 conftest.py: each test module declares a thin session fixture that calls into this module, and
@@ -228,7 +228,7 @@ def job_manifest(name: str, *, epochs: int = 10, rounds_every: int = 3, **spec_o
     spec["training"].update(mode="mini-batch", epochs=epochs, batchSize=8, fanouts=[5, 5])
     spec["grappa"]["rounds"] = {"every": rounds_every}
     spec["checkpoint"] = {"interval": 1}
-    # A claim works on every cluster: kind's local-path provisioner, the test bed's own binder.
+    # A claim works on every cluster (kind: its local-path provisioner).
     spec["storage"] = {"claimName": "grappa-data"}
     spec["runPolicy"] = {"backoffLimit": 2}
     pod: dict[str, Any] = {
@@ -499,9 +499,9 @@ INSTALL_PROMETHEUS = REPO / "hack" / "install-prometheus.sh"
 @dataclass
 class Prometheus:
     """A local Prometheus (Debian's package) on 127.0.0.1 scraping the operator and the trainer
-    pods. Targets are discovered from the API by a thread of the test process and handed over
-    through file_sd: the pods' own IPs on the test bed; through the API server's pod proxy on
-    any other cluster (pod IPs are not routable from the test host there)."""
+    pods through the API server's pod proxy (pod IPs are not routable from the test host).
+    Targets are discovered from the API by a thread of the test process and handed over
+    through file_sd."""
 
     cluster: Cluster
     rel: Release
@@ -516,7 +516,7 @@ class Prometheus:
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
-        from cluster.procs import free_port
+        from cluster import free_port
 
         inst = subprocess.run([str(INSTALL_PROMETHEUS)], text=True, capture_output=True, timeout=600)
         if inst.returncode != 0:
@@ -524,8 +524,7 @@ class Prometheus:
             return
         binary = inst.stdout.strip().splitlines()[-1]
         self.root = Path(tempfile.mkdtemp(prefix="grappa-e2e-prometheus-"))
-        self.proxy = not self.cluster.has_process_node
-        scrape_auth = self._proxy_auth() if self.proxy else {}
+        scrape_auth = self._proxy_auth()
         for name in ("operator", "trainers"):
             (self.root / f"{name}.json").write_text("[]")
         self.honor = chart_honor_labels(self.cluster)
@@ -548,7 +547,7 @@ class Prometheus:
             [binary, f"--config.file={self.root / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.root / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
              "--storage.tsdb.retention.time=1d", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.root)
         log.close()
         deadline = time.monotonic() + scaled(60)
         while True:
@@ -608,11 +607,9 @@ class Prometheus:
         meta, ip = pod["metadata"], pod["status"].get("podIP")
         if not ip or pod["status"].get("phase") != "Running" or meta.get("deletionTimestamp"):
             return None
-        labels = {"namespace_pod": f"{meta['namespace']}/{meta['name']}"}
-        if self.proxy:
-            labels["__metrics_path__"] = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}:{port}/proxy/metrics"
-            return {"targets": [self.apiserver], "labels": labels}
-        return {"targets": [f"{ip}:{port}"], "labels": labels}
+        labels = {"namespace_pod": f"{meta['namespace']}/{meta['name']}",
+                  "__metrics_path__": f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}:{port}/proxy/metrics"}
+        return {"targets": [self.apiserver], "labels": labels}
 
     @staticmethod
     def _metrics_port(pod: dict[str, Any]) -> int | None:

@@ -1,37 +1,30 @@
-"""The e2e test bed: either a local throw-away control plane with a process node, or any
-existing cluster named by $KUBECONFIG (GRAPPA_E2E_USE_KUBECONFIG=1). See docs/testing.md."""
+"""The cluster the e2e suite runs against: the one $KUBECONFIG names (GRAPPA_E2E_USE_KUBECONFIG=1),
+which `make test` makes with the offline kind bed (hack/kind/). See docs/testing.md."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .local import NODE_NAME, LocalCluster
-
-__all__ = ["Cluster", "LocalCluster", "NODE_NAME"]
+__all__ = ["Cluster", "find_tool", "free_port", "tool_env"]
 
 
 @dataclass
 class Cluster:
-    """What tests get: a kubeconfig, tool paths and a few helpers. `local` is None when the
-    suite runs against someone else's cluster."""
+    """What tests get: a kubeconfig, tool paths and a few helpers."""
 
     kubeconfig: Path
     kubectl_bin: str
     helm_bin: str
-    local: LocalCluster | None = None
     expected_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def has_process_node(self) -> bool:
-        return self.local is not None
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None,
                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -89,38 +82,30 @@ class Cluster:
             raise AssertionError(f"{e}\n{self.describe_pod(namespace, name)}") from None
 
     def describe_pod(self, namespace: str, name: str) -> str:
-        """Pod status plus, on the local bed, the container logs (there is no `kubectl logs`)."""
+        """Pod status plus the containers' logs."""
         p = self.pod(namespace, name)
         out = json.dumps((p or {}).get("status", {}), indent=1)
-        if self.local is not None:
-            for log in sorted((self.local.node_dir / "logs").glob(f"{namespace}_{name}_*.log")):
-                out += f"\n--- {log.name}:\n" + log.read_text(errors="replace")[-4000:]
-        else:
-            out += "\n" + self.kubectl("logs", name, "-n", namespace, "--all-containers",
-                                       check=False).stdout[-4000:]
-        return out
+        return out + "\n" + self.kubectl("logs", name, "-n", namespace, "--all-containers",
+                                         check=False).stdout[-4000:]
 
     def container_log(self, namespace: str, pod: str, container: str) -> str:
-        if self.local is not None:
-            path = self.local.node_dir / "logs" / f"{namespace}_{pod}_{container}.log"
-            return path.read_text(errors="replace") if path.exists() else ""
         return self.kubectl("logs", pod, "-n", namespace, "-c", container, check=False).stdout
 
 
-def tool_env(kubeconfig: Path, bin_dir: Path | None, state_dir: Path | None = None) -> dict[str, str]:
-    """Environment for kubectl/helm. With `state_dir` (the local bed), their caches and config
-    (~/.kube/cache, ~/.cache/helm, ~/.config/helm, ...) go there, so the session leaves nothing
-    behind outside its temp folder."""
+def tool_env(kubeconfig: Path, bin_dir: Path | None) -> dict[str, str]:
+    """Environment for kubectl/helm: the cluster's kubeconfig, the control plane's tools first."""
     env = dict(os.environ)
     env["KUBECONFIG"] = str(kubeconfig)
     if bin_dir is not None:
         env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
-    if state_dir is not None:
-        env["KUBECACHEDIR"] = str(state_dir / "kube-cache")
-        for var, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"),
-                         ("HELM_DATA_HOME", "data")):
-            env[var] = str(state_dir / "helm" / sub)
     return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def find_tool(name: str, bin_dir: Path | None) -> str:

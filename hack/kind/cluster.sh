@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The bed's kind cluster: its network made beforehand (RFC 2544 addresses that exist only on the
+# bed's own interfaces, no masquerade), the node image from build-node.sh, CoreDNS without an
+# upstream, and the suite's images loaded (pods use imagePullPolicy: Never).
+#   cluster.sh up <kubeconfig> | down
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+up() {
+    local kubeconfig=$1 node_image config=$BED/run/kind-config.yaml start=$SECONDS
+    node_image=$("$KIND_DIR/build-node.sh" | tail -1)
+    docker network inspect kind >/dev/null 2>&1 || docker network create --driver bridge \
+        --subnet "$KIND_SUBNET" --gateway "$KIND_GATEWAY" -o com.docker.network.bridge.name="$KIND_BRIDGE" \
+        -o com.docker.network.bridge.enable_ip_masquerade=false kind >/dev/null
+    {
+        printf 'kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\n'
+        printf 'networking:\n  apiServerAddress: 127.0.0.1\n  podSubnet: %s\n  serviceSubnet: %s\n' "$POD_SUBNET" "$SERVICE_SUBNET"
+        # kindnetd is not built here: the node image carries a one-node ptp CNI config instead.
+        printf '  disableDefaultCNI: true\n  kubeProxyMode: iptables\n'
+        printf 'nodes:\n- role: control-plane\n  image: %s\n' "$node_image"
+        if quirk_cgroup_v1; then
+            printf 'kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n'
+        fi
+    } >"$config"
+    log "creating cluster $CLUSTER ($node_image) ..."
+    HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY=localhost,127.0.0.1,198.18.0.0/15 \
+        kind create cluster --name "$CLUSTER" --config "$config" --kubeconfig "$kubeconfig" --wait 180s >&2
+    log "cluster up in $((SECONDS - start))s"
+    no_upstream_dns "$kubeconfig"
+    start=$SECONDS
+    kind load docker-image --name "$CLUSTER" grappa-operator:bed grappa-trainer:bed >&2
+    log "images loaded in $((SECONDS - start))s"
+}
+
+# CoreDNS answers cluster names only: no `forward` to the node's resolver, no loop probe of it.
+no_upstream_dns() {
+    KUBECONFIG=$1 kubectl -n kube-system get configmap coredns -o json | python3 -c '
+import json, re, sys
+cm = json.load(sys.stdin)
+corefile = re.sub(r"\n\s*forward \. [^\n]*\{[^}]*\}", "", cm["data"]["Corefile"])
+cm["data"]["Corefile"] = re.sub(r"\n\s*loop\n", "\n", corefile)
+json.dump(cm, sys.stdout)' | KUBECONFIG=$1 kubectl apply -f - >/dev/null
+    KUBECONFIG=$1 kubectl -n kube-system rollout restart deployment/coredns >/dev/null
+    KUBECONFIG=$1 kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null
+}
+
+down() {
+    docker info >/dev/null 2>&1 || return 0
+    kind delete cluster --name "$CLUSTER" >&2 2>/dev/null || true
+    docker network rm kind >/dev/null 2>&1 || true
+}
+
+case ${1:-} in
+    up) up "${2:?kubeconfig path}" ;;
+    down) down ;;
+    *) echo "usage: $0 up <kubeconfig>|down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The images the suite runs, built by the bed's dockerd with no network at all:
+#   python:3.11-slim   stand-in made from Debian packages (no registry is reachable), the
+#                      Dockerfile's base; grappa-operator:bed and grappa-trainer:bed from the
+#                      project's Dockerfile, installing from the host wheelhouse (WHEELS=local).
+# Each image carries the key it was built from (label grappa.bed.key) and is skipped when current.
+#   images.sh            # needs dockerd.sh start
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+image_key() { docker image inspect -f '{{index .Config.Labels "grappa.bed.key"}}' "$1" 2>/dev/null || true; }
+PY_PACKAGES=python3,python3-venv,python-is-python3,passwd,ca-certificates
+BASE_RECIPE=1  # bump when base_image() changes what it makes
+
+base_image() {
+    local key
+    key=$(printf '%s %s %s' "$DEBIAN_SUITE" "$PY_PACKAGES" "$BASE_RECIPE" | sha256sum | cut -c1-16)
+    [[ -z ${GRAPPA_REBUILD:-} && $(image_key python:3.11-slim) == "$key" ]] && return
+    log "python:3.11-slim from Debian $DEBIAN_SUITE packages (mmdebstrap) ..."
+    command -v mmdebstrap >/dev/null || die "mmdebstrap not found: apt-get install mmdebstrap"
+    local tar=$BED/run/python-rootfs.tar
+    nice -n 10 mmdebstrap --quiet --variant=minbase --include="$PY_PACKAGES" \
+        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+        "$DEBIAN_SUITE" "$tar" >&2
+    docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' --change "LABEL grappa.bed.key=$key" \
+        "$tar" python:3.11-slim >/dev/null
+    rm -f "$tar"
+    log "python:3.11-slim ready"
+}
+
+# The build context: only what the Dockerfile reads (files git would commit, in a checkout), plus
+# the wheelhouse as hard links.
+CONTEXT_PATHS=(Dockerfile .dockerignore pyproject.toml README.md hack/requirements.lock hack/image-requirements.py trainer operator)
+context_files() {
+    if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git -C "$REPO" ls-files -co --exclude-standard -- "${CONTEXT_PATHS[@]}"
+    else
+        (cd "$REPO" && find "${CONTEXT_PATHS[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc')
+    fi | while IFS= read -r f; do [[ -f $REPO/$f ]] && printf '%s\n' "$f"; done | LC_ALL=C sort
+}
+
+grappa_images() {
+    local wheels ctx key target
+    wheels=$(GRAPPA_CACHE=$GRAPPA_CACHE "$REPO/hack/wheelhouse.sh" | tail -1)
+    ctx=$BED/context
+    key=$( (cd "$REPO" && context_files | tr '\n' '\0' | xargs -0 sha256sum; echo "$wheels"; image_key python:3.11-slim) \
+           | sha256sum | cut -c1-16)
+    if [[ -z ${GRAPPA_REBUILD:-} && $(image_key grappa-operator:bed) == "$key" && $(image_key grappa-trainer:bed) == "$key" ]]; then
+        return
+    fi
+    rm -rf "$ctx" "$BED"/logs/build-*.log && mkdir -p "$ctx"
+    (cd "$REPO" && context_files | tar -cf - -T - | tar -C "$ctx" -xf -)
+    cp -al "$wheels" "$ctx/wheelhouse"
+    for target in operator trainer; do
+        log "grappa-$target:bed from the Dockerfile (--target $target, wheels from $wheels) ..."
+        local start=$SECONDS stage
+        # The dependency stage is tagged too, so it stays cached when the previous images are
+        # pruned: a code change then rebuilds only the source layer.
+        for stage in "deps-$target" "$target"; do
+            nice -n 10 docker build --network none --build-arg WHEELS=local --target "$stage" \
+                --label "grappa.bed.key=$key" -t "grappa-$stage:bed" "$ctx" >>"$BED/logs/build-$target.log" 2>&1 \
+                || { tail -30 "$BED/logs/build-$target.log" >&2; die "docker build --target $stage failed (log: $BED/logs/build-$target.log)"; }
+        done
+        log "grappa-$target:bed built in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "grappa-$target:bed" | numfmt --to=iec))"
+    done
+    rm -rf "$ctx"
+    docker image prune -f >/dev/null  # the previous images, now untagged
+}
+
+base_image
+grappa_images

@@ -1,0 +1,42 @@
+# Shared settings of the offline kind test bed (sourced by the scripts beside it).
+# Everything the bed makes lives under $BED (its own dockerd, data root, logs), is named "grappa-*",
+# and is keyed by pinned versions, so a second run reuses the cached images.
+set -euo pipefail
+KIND_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$KIND_DIR/../.." && pwd)
+GRAPPA_CACHE=${GRAPPA_CACHE:-$HOME/.cache/grappa}
+BED=${GRAPPA_KIND_BED:-$GRAPPA_CACHE/kind-bed}
+KIND_VERSION=v0.33.0
+# Debian release the base images are made from (python3.11 is bookworm's Python).
+DEBIAN_SUITE=bookworm
+CLUSTER=grappa-e2e
+# Addresses (see README.md): link-local docker bridge, RFC 2544 space for the kind network.
+DOCKER_BRIDGE=grappa-docker0 DOCKER_BIP=169.254.123.1/24
+KIND_BRIDGE=grappa-kind0 KIND_SUBNET=198.18.0.0/24 KIND_GATEWAY=198.18.0.1
+POD_SUBNET=198.18.128.0/17 SERVICE_SUBNET=198.19.0.0/20
+GUARD_CHAIN=GRAPPA-BED-GUARD
+export DOCKER_HOST=unix://$BED/run/docker.sock DOCKER_BUILDKIT=0
+export GOTOOLCHAIN=local GOWORK=off GOFLAGS= CGO_ENABLED=0
+export PATH=$BED/bin:$PATH
+mkdir -p "$BED/bin" "$BED/run" "$BED/logs" "$BED/stamps"
+
+_t0=$SECONDS
+log() { printf '[kind-bed %s %4ds] %s\n' "${0##*/}" "$((SECONDS - _t0))" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+k8s_version() {  # the release pinned by the control plane's wrapper module
+    go mod edit -json "$REPO/hack/controlplane/kubernetes/go.mod" | tr -d ' \t\n' \
+        | grep -o '"Path":"k8s.io/kubernetes","Version":"v[^"]*"' | sed 's/.*"Version":"\(v[^"]*\)"/\1/'
+}
+
+# This machine's quirks, detected (a normal machine has neither):
+#  - the capability bounding set lacks CAP_SYS_RESOURCE (bit 24): privileged containers and negative
+#    oom_score_adj fail, so runtime wrappers strip both;
+#  - cgroup v1: kubelet >= 1.35 refuses it unless failCgroupV1 is false.
+quirk_no_sys_resource() { local b; b=$(awk '/^CapBnd/{print $2}' /proc/self/status); (( (0x$b >> 24 & 1) == 0 )); }
+quirk_cgroup_v1() { [[ $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]]; }
+
+# stamp <name> <key>: true when the named artefact was built with this key.
+stamp_ok() { [[ -z ${GRAPPA_REBUILD:-} && -f $BED/stamps/$1 && $(cat "$BED/stamps/$1") == "$2" ]]; }
+stamp_set() { printf '%s' "$2" >"$BED/stamps/$1"; }
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
