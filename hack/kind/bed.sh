@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs a command against a kind cluster built offline, then removes every trace of the bed.
-#   hack/kind/bed.sh run -- python -m pytest tests      # what `make test` does
+#   hack/kind/bed.sh run -- bash                        # a shell once the cluster is up
+#   hack/kind/bed.sh run --early -- python -m pytest tests   # what `make test` does
 #   hack/kind/bed.sh build                              # only the cached images (no cluster)
+# --early starts the command while the cluster comes up and the images load; the command must
+# wait for the file $GRAPPA_E2E_CLUSTER_READY itself (tests/e2e/conftest.py does, so the unit
+# tests run meanwhile) and give up on the .failed file beside it.
 # `run` exports KUBECONFIG, GRAPPA_E2E_USE_KUBECONFIG=1, the image variables and the control plane's
 # kubectl/helm for the command. Teardown runs on success, failure, Ctrl-C and SIGTERM, and fails the
 # run when the FORWARD guard dropped any packet or anything the bed made is still there.
@@ -25,10 +29,46 @@ build() {
     phase node-image "$KIND_DIR/build-node.sh" >/dev/null
 }
 
+# The cluster comes up and the images load (minutes) in the background while the command starts:
+# the suite's unit tests run meanwhile, and its e2e fixture waits for $BED/run/cluster.ready (or
+# fails on cluster.failed, naming the log). cluster.sh runs in its own session so teardown can stop
+# a start still under way, kind included.
+start_cluster() {
+    rm -f "$BED/run/cluster.ready" "$BED/run/cluster.failed" "$BED/run/cluster.pid"
+    (
+        start=$SECONDS
+        setsid "$KIND_DIR/cluster.sh" up "$1" >"$BED/logs/cluster.log" 2>&1 &
+        echo $! >"$BED/run/cluster.pid"
+        if wait $!; then
+            log "phase cluster: $((SECONDS - start))s (beside the command)"
+            printf 'cluster %s\n' "$((SECONDS - start))" >>"$BED/logs/phases.txt"
+            touch "$BED/run/cluster.ready"
+        else
+            tail -20 "$BED/logs/cluster.log" >&2
+            log "the cluster did not come up (log: $BED/logs/cluster.log)"
+            touch "$BED/run/cluster.failed"
+        fi
+    ) &
+    cluster_waiter=$!
+}
+
+stop_cluster_start() {
+    local pid
+    pid=$(cat "$BED/run/cluster.pid" 2>/dev/null) || return 0
+    rm -f "$BED/run/cluster.pid" "$BED/run/cluster.ready" "$BED/run/cluster.failed"
+    kill -0 "$pid" 2>/dev/null || return 0
+    log "stopping the cluster start still under way"
+    kill "$cluster_waiter" 2>/dev/null || true
+    kill -TERM -- "-$pid" 2>/dev/null
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+}
+
 teardown() {
     local status=0 drops
     trap '' INT TERM
     log "teardown ..."
+    stop_cluster_start
     "$KIND_DIR/cluster.sh" down || status=1
     "$KIND_DIR/dockerd.sh" stop || status=1
     for br in "$KIND_BRIDGE" "$DOCKER_BRIDGE"; do
@@ -48,8 +88,9 @@ teardown() {
     return $status
 }
 
-run() {
-    local kubeconfig=$BED/run/kubeconfig child=0 rc=0 cp_bin
+run() {  # run [--early] <command...>
+    local kubeconfig=$BED/run/kubeconfig child=0 rc=0 cp_bin early=0
+    [[ $1 == --early ]] && { early=1; shift; }
     forward_policy=$(iptables -S FORWARD | awk '$1 == "-P" {print $3}')
     python3 "$KIND_DIR/hoststate.py" snapshot >"$BED/run/hoststate-before.json"
     : >"$BED/logs/phases.txt"
@@ -66,8 +107,16 @@ run() {
     build
     cp_bin=$(phase controlplane "$REPO/hack/build-controlplane.sh" | tail -1)
     export PATH=$cp_bin:$PATH
-    phase cluster "$KIND_DIR/cluster.sh" up "$kubeconfig"
+    start_cluster "$kubeconfig"
+    if [[ $early == 0 ]]; then
+        log "waiting for the cluster ..."
+        until [[ -e $BED/run/cluster.ready ]]; do
+            [[ -e $BED/run/cluster.failed ]] && die "the cluster did not come up (log: $BED/logs/cluster.log)"
+            sleep 2
+        done
+    fi
     export KUBECONFIG=$kubeconfig GRAPPA_E2E_USE_KUBECONFIG=1 GRAPPA_CONTROLPLANE_BIN=$cp_bin \
+        GRAPPA_E2E_CLUSTER_READY=$BED/run/cluster.ready \
         GRAPPA_E2E_OPERATOR_IMAGE=grappa-operator:bed GRAPPA_E2E_TRAINER_IMAGE=grappa-trainer:bed \
         GRAPPA_E2E_PULL_POLICY=Never GRAPPA_E2E_KIND_CLUSTER=$CLUSTER
     local start=$SECONDS
@@ -83,6 +132,8 @@ run() {
 
 case ${1:-} in
     build) trap '"$KIND_DIR/dockerd.sh" stop' EXIT; build ;;
-    run) [[ ${2:-} == -- ]] || die "usage: $0 run -- <command...>"; shift 2; run "$@" ;;
-    *) echo "usage: $0 build | run -- <command...>" >&2; exit 2 ;;
+    run) shift; opt=()
+         [[ ${1:-} == --early ]] && { opt=(--early); shift; }
+         [[ ${1:-} == -- ]] || die "usage: $0 run [--early] -- <command...>"; shift; run "${opt[@]}" "$@" ;;
+    *) echo "usage: $0 build | run [--early] -- <command...>" >&2; exit 2 ;;
 esac

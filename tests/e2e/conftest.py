@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,10 +42,32 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _use_existing() and any(item.get_closest_marker("e2e") for item in items):
         raise pytest.UsageError(NO_CLUSTER)
+    # e2e tests last (stable otherwise): on the bed the cluster comes up while the others run.
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def _wait_for_bed(ready: Path, timeout: float = 1200) -> None:
+    """hack/kind/bed.sh --early: the cluster is ready once `ready` exists; `.failed` beside it
+    means it never will (the bed printed why)."""
+    failed = ready.with_suffix(".failed")
+    deadline = time.monotonic() + timeout
+    waited = False
+    while not ready.exists():
+        if failed.exists():
+            pytest.exit(f"the kind bed's cluster did not come up: see {ready.parent.parent / 'logs' / 'cluster.log'}",
+                        returncode=1)
+        if time.monotonic() > deadline:
+            pytest.exit(f"the kind bed's cluster was not ready after {timeout:.0f}s ({ready} missing)", returncode=1)
+        if not waited:
+            sys.stderr.write("\ne2e: waiting for the kind bed's cluster and images ...\n")
+            waited = True
+        time.sleep(2)
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
+    if os.environ.get("GRAPPA_E2E_CLUSTER_READY"):
+        _wait_for_bed(Path(os.environ["GRAPPA_E2E_CLUSTER_READY"]))
     kubeconfig = Path(os.environ["KUBECONFIG"])
     bin_env = os.environ.get("GRAPPA_CONTROLPLANE_BIN")
     bin_dir = Path(bin_env) if bin_env else None
