@@ -261,6 +261,8 @@ class GrappaJobStatus(Section):
     start_time: Optional[str] = None
     running_time: Optional[str] = Field(None, description="When the group first ran.")
     completion_time: Optional[str] = None
+    blocked_since: Optional[str] = Field(
+        None, description="Since when the API server refuses a child for now (quota in use).")
     progress: Optional[Progress] = None
     rounds: Optional[Rounds] = None
     result: Optional[Result] = None
