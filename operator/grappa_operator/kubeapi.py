@@ -81,12 +81,10 @@ class Kube:
         except ApiException as err:
             if err.status == 409:  # deterministic names: it exists already
                 return False
-            refusal = refusals.classify(obj, err.status, err.body)
-            if refusal is None:  # 429, 5xx, ...: retried at the next resync
+            meaning = refusal_error(obj, err)
+            if meaning is None:  # 429, 5xx, ...: retried at the next resync
                 raise
-            if refusal.permanent:
-                raise SpecError(refusal.reason, refusal.message) from None
-            raise CreateBlocked(refusal.reason, refusal.message) from None
+            raise meaning from None
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
@@ -113,3 +111,13 @@ class Kube:
         except ApiException as err:
             if err.status != 404:
                 raise
+
+
+def refusal_error(obj: dict[str, Any], err: ApiException) -> Optional[Exception]:
+    """The user-facing error of a refused create: SpecError (fail), CreateBlocked (wait), None (retry)."""
+    refusal = refusals.classify(obj, err.status, err.body)
+    if refusal is None:
+        return None
+    if refusal.permanent:
+        return SpecError(refusal.reason, refusal.message)
+    return CreateBlocked(refusal.reason, refusal.message)
