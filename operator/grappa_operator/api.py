@@ -9,8 +9,11 @@ import copy
 from typing import Any, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from grappa.config import (
+    OGB_DATASETS,
+    ArraysConfig,
     CheckpointConfig,
     DatasetConfig,
     GrappaConfig,
@@ -23,7 +26,7 @@ from grappa.config import (
     VarcoConfig,
 )
 
-from . import settings
+from . import cel, settings
 from .errors import SpecError
 
 # k8s quantities ("500m", "2Gi", 1); x-kubernetes-int-or-string in the CRD.
@@ -46,7 +49,7 @@ class Toleration(Section):
 
 
 class EnvVar(Section):
-    name: str = Field(..., min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+    name: str = Field(..., min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
                       description="Variable name.")
     value: Optional[str] = Field(None, description="Literal value.")
     value_from: Optional[dict[str, Any]] = Field(
@@ -63,7 +66,12 @@ class PodSettings(Section):
     resources: Resources = Field(default_factory=Resources, description="Container resources.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=256, description="Extra environment variables.",
+        json_schema_extra=cel.validations(cel.rule(
+            f"self.all(e, !(e.name in {cel.literal(list(settings.RESERVED_ENV))}))",
+            f"env names {', '.join(settings.RESERVED_ENV)} are set by the operator (rendezvous) "
+            "and cannot be overridden: rename the variable")))
     service_account_name: Optional[str] = Field(
         None, min_length=1, max_length=253,
         description="Service account. Aggregator default: a per-job account that may only patch "
@@ -111,10 +119,10 @@ class Storage(Section):
         {"rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}]})
 
     claim_name: Optional[str] = Field(
-        None, min_length=1, description="PersistentVolumeClaim (ReadWriteMany when pods spread over nodes).")
+        None, min_length=1, max_length=253, description="PersistentVolumeClaim (ReadWriteMany when pods spread over nodes).")
     host_path: Optional[str] = Field(
-        None, min_length=1, pattern=r"^/", description="Node folder, for single-node dev clusters.")
-    mount_path: str = Field(settings.DEFAULT_MOUNT_PATH, pattern=r"^/[^:]*$",
+        None, min_length=1, max_length=4096, pattern=r"^/", description="Node folder, for single-node dev clusters.")
+    mount_path: str = Field(settings.DEFAULT_MOUNT_PATH, max_length=4096, pattern=r"^/[^:]*$",
                             description="Where the volume is mounted in every pod; runDir is "
                                         "<mountPath>/<namespace>/<job>/<uid>.")
 
@@ -125,24 +133,127 @@ class Storage(Section):
         return self
 
 
+def _with_rules(info: FieldInfo, *rules: dict[str, str]) -> FieldInfo:
+    """A copy of a trainer field with CEL rules added to its CRD schema."""
+    out = copy.deepcopy(info)
+    out.json_schema_extra = cel.validations(*rules)
+    return out
+
+
+# ---- CEL twins of the cross-field rules (grappa.config validators, desired.check_runnable) ----
+
+_GRAPPA_ONLY = ["correction", "shrinkage", "rounds"]  # TrainConfig._check_strategy_settings
+_POWERS = cel.literal([2 ** k for k in range(31)])  # rmat: 2^scale nodes (scale <= 30)
+_NODES = cel.literal(settings.KNOWN_NODE_COUNTS)
+_NODE_TABLE = ", ".join(f"{k} {v}" for k, v in settings.KNOWN_NODE_COUNTS.items())
+
+
+def _fits_nodes(count: str, field: str) -> dict[str, str]:
+    """`count` (a CEL int) is at most the dataset's nodes, where the spec or the table knows them."""
+    return cel.rule(
+        f"(!(self.dataset.name in {_NODES}) || {count} <= {_NODES}[self.dataset.name])"
+        f" && (self.dataset.name != 'csbm' || {count} <= self.dataset.synthetic.numNodes)"
+        f" && (self.dataset.name != 'rmat' || {count} <= {_POWERS}[self.dataset.synthetic.scale])",
+        f"spec.{field} exceeds the dataset's nodes ({_NODE_TABLE}; csbm: "
+        "dataset.synthetic.numNodes; rmat: 2^dataset.synthetic.scale): lower it", f".{field}")
+
+
+SPEC_RULES = [
+    cel.rule("!has(self.grappa.chunks) || self.grappa.chunks >= self.partitions",
+             "grappa.chunks must be >= partitions: every worker needs its own base chunk",
+             ".grappa.chunks"),
+    cel.rule("!has(self.training.fanouts) || size(self.training.fanouts) == self.model.layers",
+             "training.fanouts needs one entry per model layer (model.layers), input layer first",
+             ".training.fanouts"),
+    cel.rule("!has(self.training.fanouts) || self.training.fanouts.all(f, f >= 1)",
+             "training.fanouts must all be >= 1 (use a large number for 'all')", ".training.fanouts"),
+    cel.rule("self.strategy == 'grappa' || self.training.mode == 'full-graph'",
+             "strategies full, varco and retexo run in training.mode full-graph only: set "
+             "training.mode: full-graph (or strategy: grappa for mini-batches)", ".training.mode"),
+    cel.rule("self.strategy != 'retexo' || self.training.epochs >= self.model.layers",
+             "strategy retexo trains one stage per layer: training.epochs must be >= model.layers",
+             ".training.epochs"),
+    cel.rule("self.strategy != 'retexo' || !has(self.training.evalMode) "
+             "|| self.training.evalMode != 'sampled'",
+             "strategy retexo scores each stage on its fetched rows: remove training.evalMode: "
+             "sampled (or use another strategy)", ".training.evalMode"),
+    cel.rule(f"self.strategy == 'grappa' || "
+             f"({cel.at_defaults(GrappaConfig, 'self.grappa', _GRAPPA_ONLY)})",
+             "grappa.correction, grappa.shrinkage and grappa.rounds apply to strategy grappa only "
+             "(other strategies keep fixed partitions): remove them or set strategy: grappa",
+             ".grappa"),
+    cel.rule(f"self.strategy == 'varco' || ({cel.at_defaults(VarcoConfig, 'self.varco')})",
+             "varco settings apply to strategy varco only: remove them or set strategy: varco",
+             ".varco"),
+    cel.rule("self.metricsPort == 0 || self.metricsPort != self.masterPort",
+             "masterPort must differ from metricsPort: the aggregator listens on both",
+             ".masterPort"),
+    _fits_nodes("self.partitions", "partitions"),
+    cel.rule(f"!has(self.grappa.chunks) || ({_fits_nodes('self.grappa.chunks', 'grappa.chunks')['rule']})",
+             _fits_nodes("", "grappa.chunks")["message"], ".grappa.chunks"),
+]
+
+_ARRAYS_EMPTY = {side: f"(!has(self.arrays.{side}) || size(self.arrays.{side}) == 0)" for side in ("src", "dst")}
+_SIZE = {side: f"(has(self.arrays.{side}) ? size(self.arrays.{side}) : 0)" for side in ("src", "dst")}
+DATASET_RULES = [
+    cel.rule("!(self.name in ['file', 'arrays']) || (has(self.path) && size(self.path) > 0)",
+             "dataset.path is required when dataset.name is 'file' (a saved PyG Data file) or "
+             "'arrays' (the folder of .npy files)", ".path"),
+    cel.rule(f"self.name == 'arrays' || !has(self.arrays) || ({cel.at_defaults(ArraysConfig, 'self.arrays')})",
+             "dataset.arrays applies to dataset.name 'arrays' only: remove it or set name: arrays",
+             ".arrays"),
+    cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays'])}",
+             "dataset.addInverseEdges applies to ogbn-* and arrays only; other datasets are already "
+             "stored with both directions: remove it", ".addInverseEdges"),
+    cel.rule(f"!has(self.arrays) || ({_ARRAYS_EMPTY['src']} && {_ARRAYS_EMPTY['dst']}) "
+             "|| !has(self.arrays.edges)",
+             "dataset.arrays: give either edges or src/dst, not both", ".arrays.edges"),
+    cel.rule(f"!has(self.arrays) || {_SIZE['src']} == {_SIZE['dst']}",
+             "dataset.arrays: pair every src file with one dst file (src and dst have as many "
+             "entries)", ".arrays.src"),
+    cel.immutable("spec.dataset"),
+]
+
+GRAPPA_RULES = [
+    cel.rule("has(self.chunks) == has(oldSelf.chunks) && (!has(self.chunks) || self.chunks == oldSelf.chunks)",
+             "spec.grappa.chunks cannot change once the job exists (its chunk store is built for "
+             "it): delete the job and create it again", ".chunks"),
+    cel.rule("self.partitionSeed == oldSelf.partitionSeed",
+             "spec.grappa.partitionSeed cannot change once the job exists (its chunk store is "
+             "built for it): delete the job and create it again", ".partitionSeed"),
+]
+
+
 class GrappaJobSpec(Section):
     """What a user writes under `spec:`; the training sections are `grappa.config`'s models."""
 
-    strategy: Strategy = copy.deepcopy(TrainConfig.model_fields["strategy"])  # type: ignore[valid-type]
-    partitions: int = copy.deepcopy(TrainConfig.model_fields["partitions"])  # the trainer's bounds
+    # Cross-field rules as CEL (the API server refuses at admission); _train_config_checks and
+    # desired.check_runnable are their twins for the operator and `grappa train`.
+    model_config = ConfigDict(**Section.model_config, json_schema_extra=cel.validations(*SPEC_RULES))
+
+    strategy: Strategy = _with_rules(TrainConfig.model_fields["strategy"],  # type: ignore[valid-type]
+                                     cel.immutable("spec.strategy"))
+    partitions: int = _with_rules(TrainConfig.model_fields["partitions"],  # the trainer's bounds
+                                  cel.immutable("spec.partitions"))
     dataset: DatasetConfig = Field(default_factory=DatasetConfig,
-                                   description="Dataset; relative root/path resolve under the storage mount.")
-    model: ModelConfig = Field(default_factory=ModelConfig, description="GNN model.")
+                                   description="Dataset; relative root/path resolve under the storage mount.",
+                                   json_schema_extra=cel.validations(*DATASET_RULES))
+    model: ModelConfig = Field(default_factory=ModelConfig, description="GNN model.",
+                               json_schema_extra=cel.validations(cel.immutable("spec.model")))
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Training loop.")
     grappa: GrappaConfig = Field(default_factory=GrappaConfig,
-                                 description="Reducer correction and repartition rounds.")
+                                 description="Reducer correction and repartition rounds.",
+                                 json_schema_extra=cel.validations(*GRAPPA_RULES))
     varco: VarcoConfig = Field(default_factory=VarcoConfig,
-                               description="Activation compression (strategy varco only).")
+                               description="Activation compression (strategy varco only).",
+                               json_schema_extra=cel.validations(cel.rule(
+                                   "self.rMin <= self.rMax", "varco.rMin must be <= varco.rMax", ".rMin")))
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="Checkpoints (written under runDir on the storage volume).")
     prepare: PrepareConfig = Field(default_factory=PrepareConfig,
                                    description="How the prepare pod streams the dataset into the chunk store.")
-    storage: Storage = Field(..., description="Shared volume mounted in every pod.")
+    storage: Storage = Field(..., description="Shared volume mounted in every pod.",
+                             json_schema_extra=cel.validations(cel.immutable("spec.storage")))
     metrics_port: int = Field(9400, ge=0, le=65535,
                               description="Prometheus port of every trainer pod; 0 = off.")
     master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port on the aggregator.")
@@ -261,6 +372,8 @@ class GrappaJobStatus(Section):
     start_time: Optional[str] = None
     running_time: Optional[str] = Field(None, description="When the group first ran.")
     completion_time: Optional[str] = None
+    blocked_since: Optional[str] = Field(
+        None, description="Since when the API server refuses a child for now (quota in use).")
     progress: Optional[Progress] = None
     rounds: Optional[Rounds] = None
     result: Optional[Result] = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from . import settings
+from . import cel, settings
 from .api import GrappaJobSpec, GrappaJobStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +37,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         node = {**node.pop("allOf")[0], **node}
     if "$ref" in node:
         target = copy.deepcopy(defs[node.pop("$ref").split("/")[-1]])
+        # a field's CEL rules add to its model's own rules (e.g. storage: one source + immutable)
+        rules = target.get(cel.RULES_KEY, []) + node.get(cel.RULES_KEY, [])
         node = {**target, **node}
+        if rules:
+            node[cel.RULES_KEY] = rules
     return {k: _resolve(v, defs) for k, v in node.items()}
 
 
@@ -57,6 +61,8 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         del node["default"]
     if "const" in node:
         node["enum"] = [node.pop("const")]
+    if node.get("type") == "string" and "enum" in node and "maxLength" not in node:
+        node["maxLength"] = max(len(str(v)) for v in node["enum"])  # bounds CEL cost estimates
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(node.get(bound), (int, float)) and not isinstance(node[bound], bool):
             node[plain] = node.pop(bound)
@@ -110,6 +116,18 @@ def _column(name: str, path: str, typ: str, desc: str, priority: int = 0) -> dic
     return col
 
 
+# desired.check_runnable's InvalidName as CEL: the job name becomes Service and pod names.
+NAME_RULE = cel.rule(
+    f"self.metadata.name.matches({cel.literal(settings.DNS1035_LABEL)})",
+    f"metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+    f"letter) of at most {settings.MAX_JOB_NAME} characters: it names the job's Service and pods")
+
+
+def _metadata_schema() -> dict[str, Any]:
+    # Only name and generateName may be constrained; the bound also caps NAME_RULE's cost.
+    return {"type": "object", "properties": {"name": {"type": "string", "maxLength": settings.MAX_JOB_NAME}}}
+
+
 def build_crd() -> dict[str, Any]:
     spec = openapi_schema(GrappaJobSpec)
     spec["description"] = "Desired training job: the grappa.config sections plus Kubernetes settings."
@@ -153,11 +171,12 @@ def build_crd() -> dict[str, Any]:
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
+                        "metadata": _metadata_schema(),
                         "spec": spec,
                         "status": _status_schema(),
                     },
                     "required": ["spec"],
+                    cel.RULES_KEY: [NAME_RULE],
                 }},
             }],
         },

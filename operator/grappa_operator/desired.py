@@ -16,26 +16,10 @@ from . import settings as s
 from .api import GrappaJobSpec, PodSettings
 from .errors import SpecError
 
-# Node counts of the built-in (PyG versions) and OGB datasets, to refuse P > nodes before any
-# pod starts. A user's arrays are only counted by the prepare pod.
-KNOWN_NODE_COUNTS = {
-    "cora": 2708,
-    "citeseer": 3327,
-    "coauthor-cs": 18333,
-    "coauthor-physics": 34493,
-    "amazon-computers": 13752,
-    "amazon-photo": 7650,
-    "ogbn-arxiv": 169343,
-    "ogbn-products": 2449029,
-    "ogbn-papers100M": 111059956,
-}
-
-# Variables the operator owns; a user env entry may not replace them (it would break rendezvous).
-RESERVED_ENV = (
-    "GRAPPA_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "POD_IP",
-    "GRAPPA_JOB_NAME", "GRAPPA_JOB_NAMESPACE",
-)
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Shared with the CRD's CEL rules (api.py): one table, one list, one pattern.
+KNOWN_NODE_COUNTS = s.KNOWN_NODE_COUNTS
+RESERVED_ENV = s.RESERVED_ENV
+_DNS1035 = re.compile(s.DNS1035_LABEL)
 
 
 @dataclass(frozen=True)

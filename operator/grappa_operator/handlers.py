@@ -15,16 +15,17 @@ import kopf
 from . import desired, metrics
 from . import settings as s
 from .api import GrappaJobSpec, parse_spec
-from .errors import SpecError
+from .errors import CreateBlocked, SpecError
 from .kubeapi import Kube, load_credentials
-from .status import Plan, PodObs, step
+from .status import Plan, PodObs, refused, step, unblocked
 from .timeutil import iso, now, parse
 
 log = logging.getLogger("grappa_operator")
 
 # status keys the operator writes; progress and result belong to the aggregator (never overwritten)
 OWNED_STATUS_KEYS = ("phase", "reason", "message", "conditions", "observedGeneration", "restarts",
-                     "prepared", "replicas", "startTime", "runningTime", "completionTime", "rounds")
+                     "prepared", "replicas", "startTime", "runningTime", "completionTime", "rounds",
+                     "blockedSince")
 
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
 _kube: Optional[Kube] = None
@@ -79,15 +80,21 @@ async def _reconcile(namespace: str, name: str) -> None:
     plan = step(job, spec, old, pods, t, body["metadata"].get("generation"))
     await _write(k, namespace, name, old, plan)
 
-    try:
-        if isinstance(spec, GrappaJobSpec):
+    transient: Optional[Exception] = None
+    if isinstance(spec, GrappaJobSpec):
+        try:
             await _create_children(k, job, spec, plan, {p.name for p in pods})
-    except SpecError as err:  # the API refused what this spec produces: a permanent failure
-        failed = step(job, err, plan.status, pods, t, body["metadata"].get("generation"))
-        await _write(k, namespace, name, plan.status, failed)
-        plan.events += failed.events
-        plan.delete_pods += failed.delete_pods
-        plan.entered, plan.status = failed.entered, failed.status
+        except (SpecError, CreateBlocked) as err:  # the API server refused what this spec produces
+            after = refused(job, spec, plan.status, pods, t, err)
+            await _write(k, namespace, name, plan.status, after)
+            _merge(plan, after)
+        except Exception as err:  # 429, 5xx, timeouts: announce what happened, then retry
+            transient = err
+        else:
+            if plan.status.get("blockedSince"):
+                after = Plan(unblocked(plan.status))
+                await _write(k, namespace, name, plan.status, after)
+                plan.status = after.status
     for pod_name in plan.delete_pods:
         await asyncio.to_thread(k.delete_pod, namespace, pod_name)
     await _announce(k, body, plan, t)
@@ -96,6 +103,16 @@ async def _reconcile(namespace: str, name: str) -> None:
         log.info("deleting %s/%s: ttlSecondsAfterFinished elapsed", namespace, name)
         await asyncio.to_thread(k.delete_job, namespace, name)
         forget(namespace, name)
+    if transient is not None:
+        raise transient  # counted as a reconcile error; the next resync retries the create
+
+
+def _merge(plan: Plan, after: Plan) -> None:
+    """Fold the plan of a refusal into the step's plan: both plans' events are posted."""
+    plan.events += after.events
+    plan.delete_pods += [p for p in after.delete_pods if p not in plan.delete_pods]
+    plan.entered = after.entered or plan.entered
+    plan.status = after.status
 
 
 async def _write(k: Kube, namespace: str, name: str, old: dict[str, Any], plan: Plan) -> None:

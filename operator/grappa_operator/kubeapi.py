@@ -11,9 +11,10 @@ from typing import Any, Optional
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from . import refusals
 from . import settings as s
 from .desired import JobRef
-from .errors import SpecError
+from .errors import CreateBlocked, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +79,12 @@ class Kube:
             calls[kind]()
             return True
         except ApiException as err:
-            if err.status == 409:
+            if err.status == 409:  # deterministic names: it exists already
                 return False
-            if kind == "PodGroup" and err.status == 404:
-                raise SpecError("GangSchedulerMissing", f"spec.schedulingPolicy.provider: the PodGroup "
-                                f"API {obj['apiVersion']} is not installed in this cluster") from None
-            if err.status in (400, 422):  # the API server refused what the spec produced
-                raise SpecError("InvalidChild", f"{kind} {obj['metadata']['name']} rejected: "
-                                f"{_reason(err)}") from None
-            raise
+            meaning = refusal_error(obj, err)
+            if meaning is None:  # 429, 5xx, ...: retried at the next resync
+                raise
+            raise meaning from None
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
@@ -115,8 +113,11 @@ class Kube:
                 raise
 
 
-def _reason(err: ApiException) -> str:
-    try:
-        return json.loads(err.body).get("message", str(err.reason))
-    except (TypeError, ValueError):
-        return str(err.reason)
+def refusal_error(obj: dict[str, Any], err: ApiException) -> Optional[Exception]:
+    """The user-facing error of a refused create: SpecError (fail), CreateBlocked (wait), None (retry)."""
+    refusal = refusals.classify(obj, err.status, err.body)
+    if refusal is None:
+        return None
+    if refusal.permanent:
+        return SpecError(refusal.reason, refusal.message)
+    return CreateBlocked(refusal.reason, refusal.message)

@@ -36,6 +36,27 @@ PERMANENT_EXIT_CODES = {EXIT_BAD_CONFIG: "InvalidConfig", EXIT_CANNOT_RUN: "Cann
 
 # Name budget: pod/service names derive from the job name and label values are <= 63 chars.
 MAX_JOB_NAME = 63 - len("-aggregator")
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a Service name must be one
+
+# Node counts of the built-in (PyG versions) and OGB datasets, to refuse P > nodes before any
+# pod starts (operator and CRD). A user's arrays are only counted by the prepare pod.
+KNOWN_NODE_COUNTS = {
+    "cora": 2708,
+    "citeseer": 3327,
+    "coauthor-cs": 18333,
+    "coauthor-physics": 34493,
+    "amazon-computers": 13752,
+    "amazon-photo": 7650,
+    "ogbn-arxiv": 169343,
+    "ogbn-products": 2449029,
+    "ogbn-papers100M": 111059956,
+}
+
+# Variables the operator owns; a user env entry may not replace them (it would break rendezvous).
+RESERVED_ENV = (
+    "GRAPPA_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "POD_IP",
+    "GRAPPA_JOB_NAME", "GRAPPA_JOB_NAMESPACE",
+)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -15,7 +15,7 @@ from . import rounds as rounds_mod
 from . import settings as s
 from .api import GrappaJobSpec
 from .desired import JobRef, check_runnable, pod_name
-from .errors import SpecError
+from .errors import CreateBlocked, SpecError
 from .timeutil import iso, parse
 
 TERMINAL = ("Succeeded", "Failed")
@@ -122,6 +122,7 @@ def _enter(plan: Plan, phase: str, reason: str, message: str, now: datetime) -> 
     st = plan.status
     if st.get("phase") != phase:
         plan.entered = phase
+        st.pop("blockedSince", None)  # a wait for quota belongs to the phase that asked
     st.update(phase=phase, reason=reason, message=message)
     for t in STATE_CONDITIONS:
         if t == phase:
@@ -343,6 +344,44 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
         plan.round_reason = reason
         plan.event("Normal", "RoundDecided", f"round {decision.round} ({reason}): pairing seed "
                    f"{decision.pairing_seed}, effective from epoch {decision.effective_epoch}")
+
+
+def refused(job: JobRef, spec: GrappaJobSpec, status: dict[str, Any], pods: list[PodObs],
+            now: datetime, err: Union[SpecError, CreateBlocked]) -> Plan:
+    """The plan after the API server refused a child that `step` asked for (handlers.py).
+
+    A permanent refusal fails the job at once. A blocked one (quota in use) waits: status says
+    why (one Warning Event per new message), and the job fails with that reason once the wait
+    outlasts spec.runPolicy.preRunningDeadlineSeconds, the budget a Pending pod gets.
+    """
+    plan = Plan(copy.deepcopy(status))
+    st = plan.status
+    if st.get("phase") in TERMINAL:
+        return plan
+    policy = spec.run_policy.clean_pod_policy
+    if isinstance(err, SpecError):
+        _fail(plan, err.reason, err.message, now, pods, policy)
+        return plan
+    since = parse(st.get("blockedSince")) or now
+    limit = spec.run_policy.pre_running_deadline_seconds
+    if limit is not None and since + timedelta(seconds=limit) <= now:
+        _fail(plan, err.reason, f"{err.message}; still refused after "
+              f"spec.runPolicy.preRunningDeadlineSeconds ({limit}s)", now, pods, policy)
+        return plan
+    st["blockedSince"] = iso(since)
+    message = f"waiting since {iso(since)}: {err.message}"
+    if st.get("reason") != err.reason or not str(st.get("message", "")).endswith(err.message):
+        plan.event("Warning", err.reason, err.message)
+    st.update(reason=err.reason, message=message)
+    return plan
+
+
+def unblocked(status: dict[str, Any]) -> dict[str, Any]:
+    """The status once every child a blocked step asked for was created."""
+    st = copy.deepcopy(status)
+    if st.pop("blockedSince", None) is not None and st.get("phase") not in TERMINAL:
+        st.update(reason=st.get("phase"), message="the refused objects were created")
+    return st
 
 
 def _result_suffix(st: dict[str, Any]) -> str:

@@ -70,9 +70,10 @@ def test_dashboards_have_queries() -> None:
 
 @pytest.fixture(scope="module")
 def failed_job(cluster: Cluster, release: h.Release, prom: h.Prometheus):
-    """An infeasible job (more partitions than graph nodes): Failed at once, no pods."""
+    """A job whose first pod the API server refuses (an invalid toleration): Failed at once, no
+    pods. (Infeasible specs such as more partitions than nodes are refused at admission now.)"""
     ns = cluster.create_namespace(f"e2e-prom-{uuid.uuid4().hex[:6]}")
-    job = h.job_manifest("too-wide", dataset={"synthetic": {"numNodes": 3}})  # P = 4 > 3 nodes
+    job = h.job_manifest("too-wide", aggregator={"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]})
     h.apply_file(cluster, ns, job)
     h.wait_job(cluster, ns, "too-wide", lambda j: h.phase(j) == "Failed", "phase Failed",
                timeout=h.scaled(60), rel=release, fail_on_failed=False)

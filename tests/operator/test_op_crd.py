@@ -220,8 +220,8 @@ def test_storage_source_rule_is_in_the_crd():
     from grappa_operator.errors import SpecError
     crd = yaml.safe_load(crdgen.render())
     storage = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"]
-    assert storage["x-kubernetes-validations"] == [
-        {"rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}]
+    assert storage["x-kubernetes-validations"][0] == {
+        "rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}
     for bad in ({"mountPath": "/grappa"}, {"claimName": "data", "hostPath": "/srv"}):
         with pytest.raises(SpecError, match=ONE_STORAGE_SOURCE):
             parse_spec({"storage": bad})

@@ -9,7 +9,8 @@ import pytest
 
 from grappa_operator import handlers, metrics
 from grappa_operator import settings as s
-from grappa_operator.errors import SpecError
+from grappa_operator.errors import CreateBlocked, SpecError
+from grappa_operator.timeutil import parse
 
 
 class FakeKube:
@@ -20,6 +21,7 @@ class FakeKube:
         self.events: list[tuple[str, str, str]] = []
         self.log: list[str] = []
         self.refuse_podgroup = False
+        self.refuse: dict[str, Exception] = {}  # object name -> what its create raises
 
     def get_job(self, ns, name):
         return copy.deepcopy(self.job) if self.job else None
@@ -38,6 +40,8 @@ class FakeKube:
 
     def create(self, obj):
         self.log.append(f"create {obj['kind']} {obj['metadata']['name']}")
+        if obj["metadata"]["name"] in self.refuse and obj["kind"] == "Pod":
+            raise self.refuse[obj["metadata"]["name"]]
         if obj["kind"] == "PodGroup" and self.refuse_podgroup:
             raise SpecError("GangSchedulerMissing", "spec.schedulingPolicy.provider: no PodGroup API")
         if obj["kind"] == "Pod":
@@ -172,3 +176,62 @@ def test_owned_patch_never_touches_progress():
     old = {"phase": "Running", "progress": {"epoch": 1}}
     new = {"phase": "Running", "progress": {"epoch": 0}, "rounds": {"current": 1}}
     assert handlers.owned_patch(old, new) == {"rounds": {"current": 1}}
+
+
+def test_forbidden_pod_fails_at_once_and_created_is_announced(fake):
+    kube = fake(make_job())
+    kube.refuse["demo-prepare"] = SpecError("CreateRefused", "Pod demo-prepare was refused (403): "
+                                            "serviceaccount \"x\" not found; fix spec.aggregator.serviceAccountName")
+    run(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Failed" and st["reason"] == "CreateRefused" and "Pod demo-prepare" in st["message"]
+    assert [c for c in st["conditions"] if c["type"] == "Failed"][0]["reason"] == "CreateRefused"
+    assert [(t, r) for t, r, _ in kube.events] == [("Normal", "Created"), ("Warning", "CreateRefused")]
+    run(kube)  # never retried: no new create, no new event
+    assert len(kube.events) == 2 and kube.log.count("create Pod demo-prepare") == 1
+
+
+def test_transient_error_keeps_events_and_retries(fake):
+    from kubernetes.client.rest import ApiException
+    kube = fake(make_job())
+    kube.refuse["demo-prepare"] = ApiException(status=503, reason="Service Unavailable")
+    errors = metrics.RECONCILE_ERRORS.labels("job")._value.get()
+    run(kube)
+    assert metrics.RECONCILE_ERRORS.labels("job")._value.get() == errors + 1
+    assert kube.job["status"]["phase"] == "Preparing" and not kube.pods
+    assert [r for _, r, _ in kube.events] == ["Created"]  # announced although the create failed
+    del kube.refuse["demo-prepare"]
+    run(kube)
+    assert list(kube.pods) == ["demo-prepare"] and kube.job["status"]["phase"] == "Preparing"
+
+
+def test_quota_wait_is_bounded_by_the_pending_deadline(fake, monkeypatch):
+    from gj_testlib import T0, later
+    clock = {"t": T0}
+    monkeypatch.setattr(handlers, "now", lambda: clock["t"])
+    kube = fake(make_job(runPolicy={"preRunningDeadlineSeconds": 60}))
+    kube.refuse["demo-prepare"] = CreateBlocked("QuotaExceeded", "Pod demo-prepare does not fit in "
+                                                "the namespace's quota now: exceeded quota: q")
+    run(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Preparing" and st["reason"] == "QuotaExceeded" and parse(st["blockedSince"]) == T0
+    assert [r for _, r, _ in kube.events] == ["Created", "QuotaExceeded"]
+    clock["t"] = later(30)
+    run(kube)
+    assert kube.job["status"]["phase"] == "Preparing" and len(kube.events) == 2  # no event storm
+    clock["t"] = later(60)
+    run(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Failed" and st["reason"] == "QuotaExceeded"
+    assert "preRunningDeadlineSeconds (60s)" in st["message"] and kube.events[-1][0] == "Warning"
+
+
+def test_quota_that_frees_up_clears_the_wait(fake):
+    kube = fake(make_job())
+    kube.refuse["demo-prepare"] = CreateBlocked("QuotaExceeded", "Pod demo-prepare does not fit now")
+    run(kube)
+    assert "blockedSince" in kube.job["status"]
+    del kube.refuse["demo-prepare"]
+    run(kube)
+    st = kube.job["status"]
+    assert "blockedSince" not in st and st["reason"] == "Preparing" and list(kube.pods) == ["demo-prepare"]

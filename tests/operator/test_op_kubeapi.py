@@ -12,7 +12,7 @@ from gj_testlib import make_spec
 
 from grappa_operator import desired
 from grappa_operator.desired import JobRef
-from grappa_operator.errors import SpecError
+from grappa_operator.errors import CreateBlocked, SpecError
 from grappa_operator.kubeapi import Kube
 
 POD = {"metadata": {"name": "demo-worker-1", "ownerReferences": [{"uid": "u1"}]}}
@@ -115,3 +115,25 @@ def test_event_refers_to_the_job(kube):
     assert (method, path) == ("POST", "/api/v1/namespaces/ns/events")
     assert ev["involvedObject"]["kind"] == "GrappaJob" and ev["involvedObject"]["uid"] == "u1"
     assert ev["reason"] == "PodFailed" and ev["type"] == "Warning"
+
+
+def test_refusals_over_http(kube):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-worker-1", "namespace": "ns",
+                                                           "labels": {"grappa.dev/role": "worker"}}}
+    path = ("POST", "/api/v1/namespaces/ns/pods")
+    Recorder.reply = {path: (403, {"kind": "Status", "message": 'pods "demo-worker-1" is forbidden: '
+                                   'violates PodSecurity "restricted:latest": runAsNonRoot != true'})}
+    with pytest.raises(SpecError) as info:
+        kube.create(pod)
+    assert info.value.reason == "CreateRefused" and "Pod demo-worker-1" in info.value.message
+    Recorder.reply = {path: (403, {"message": "exceeded quota: q, requested: cpu=1, used: cpu=3, limited: cpu=4"})}
+    with pytest.raises(CreateBlocked):
+        kube.create(pod)
+    Recorder.reply = {path: (422, {"message": "invalid", "details": {"causes": [
+        {"field": "spec.tolerations[0].effect", "message": "Unsupported value"}]}})}
+    with pytest.raises(SpecError, match=r"spec.tolerations\[0\].effect.*fix spec.worker.tolerations"):
+        kube.create(pod)
+    for code in (429, 500):
+        Recorder.reply = {path: (code, {"message": "later"})}
+        with pytest.raises(kubernetes.client.rest.ApiException):
+            kube.create(pod)

@@ -1,7 +1,13 @@
-"""Property tests: no spec, status or pod set makes the reconcile logic raise anything but SpecError."""
+"""Property tests: no spec, status, pod set or API refusal makes a reconcile raise anything but a
+reported, user-facing error (a SpecError in the pure logic; Failed + reason + Warning Event, or a
+transient retry, through the glue)."""
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import timedelta
+
+import pytest
 
 from gj_testlib import T0
 from hypothesis import HealthCheck, given, settings
@@ -117,3 +123,70 @@ def test_spec_errors_are_user_facing(raw):
         return
     for obj in desired.supporting_objects(JOB, spec) + desired.group_pods(JOB, spec, 0):
         assert obj["metadata"]["namespace"] == "ns"
+
+
+# ---- the whole reconcile through the glue, with the API server refusing creates -------------
+
+refusal_bodies = st.one_of(st.none(), st.text(max_size=40), junk.map(json.dumps), st.builds(
+    lambda msg, field: json.dumps({"kind": "Status", "message": msg, "details": {"causes": [
+        {"field": field, "message": msg}]}}),
+    st.sampled_from(["exceeded quota: q, requested: cpu=2, used: cpu=1, limited: cpu=4",
+                     "exceeded quota: q, requested: cpu=8, used: cpu=0, limited: cpu=4",
+                     "violates PodSecurity \"restricted:latest\": hostPath volumes",
+                     "serviceaccount \"x\" not found", "no PriorityClass with name p was found",
+                     "cannot create resource \"pods\"", "Invalid value", ""]),
+    st.sampled_from(["spec.tolerations[0].operator", "spec.containers[0].resources", "", "x"])))
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.one_of(spec_dicts, junk), code=st.sampled_from([400, 403, 404, 409, 422, 429, 500, 503]),
+       body=refusal_bodies, victim=st.sampled_from(["Pod", "Service", "Role", "PodGroup", "none"]))
+def test_reconcile_of_any_spec_reports_every_refusal(raw, code, body, victim):
+    """Through the glue: a reconcile ends in a valid phase with a reason, Failed ones with a
+    message and a Warning Event; only a transient error (no user-facing meaning) escapes."""
+    from kubernetes.client.rest import ApiException
+
+    from grappa_operator import handlers
+    from grappa_operator.kubeapi import refusal_error
+    from test_op_handlers import FakeKube
+
+    job = {"apiVersion": "grappa.dev/v1alpha1", "kind": "GrappaJob",
+           "metadata": {"name": "pj", "namespace": "ns", "uid": "abcdef0123456789", "generation": 1,
+                        "creationTimestamp": "2030-01-01T00:00:00Z"}, "spec": raw}
+    kube = FakeKube(job)
+    plain_create = kube.create
+
+    def create(obj):  # a fake server that refuses one kind, with the adapter's real meaning
+        if obj["kind"] != victim:
+            return plain_create(obj)
+        if code == 409:
+            return False
+        err = ApiException(status=code, reason="refused")
+        err.body = body
+        meaning = refusal_error(obj, err)
+        raise err if meaning is None else meaning
+
+    kube.create = create
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(handlers, "_kube", kube)
+        try:
+            asyncio.run(handlers._reconcile("ns", "pj"))
+        except ApiException as err:  # transient: retried at the next resync, events already out
+            assert refusal_error({"kind": victim, "metadata": {}}, err) is None
+            assert [r for _, r, _ in kube.events][:1] == ["Created"]
+    status = kube.job["status"]
+    assert status["phase"] in PHASES and status.get("reason")
+    if status["phase"] == "Failed":
+        assert status["message"] and kube.events[-1][0] == "Warning"
+    if status.get("blockedSince"):
+        assert status["reason"] == "QuotaExceeded" and status["phase"] != "Failed"
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(kind=st.sampled_from(["Pod", "PodGroup", "Service", ""]), code=st.integers(100, 599),
+       body=st.one_of(refusal_bodies, st.binary(max_size=20)), labels=junk)
+def test_classify_never_raises(kind, code, body, labels):
+    from grappa_operator.refusals import classify
+    obj = {"kind": kind, "metadata": {"name": "pj-x", "labels": labels if isinstance(labels, dict) else {}}}
+    r = classify(obj, code, body)
+    assert r is None or (r.reason and r.message and "pj-x" in r.message or r.reason == "GangSchedulerMissing")

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from grappa_operator import settings as s
-from grappa_operator.errors import SpecError
-from grappa_operator.status import PodObs, step
+from grappa_operator.errors import CreateBlocked, SpecError
+from grappa_operator.status import PodObs, refused, step, unblocked
 
 from gj_testlib import T0, cond, group, later, make_spec, pod, prepared_status, running_status, true_states
 
@@ -243,3 +243,52 @@ def test_worker_exit_after_finished_does_not_restart(job, spec, t0):
     assert plan.status["phase"] == "Running" and plan.delete_pods == []
     pods[0] = pod("job-aggregator", s.ROLE_AGGREGATOR, 0, phase="Succeeded", exit_code=0)
     assert step(job, spec, st, pods, later(1)).status["phase"] == "Succeeded"
+
+
+def test_unschedulable_prepare_pod_fails_with_the_schedulers_message(job, spec, t0):
+    """The default preRunningDeadlineSeconds (600) bounds an Unschedulable pod; the scheduler's words stay."""
+    sched = ("0/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}, "
+             "2 Insufficient memory. preemption: 0/3 nodes are available")
+    raw = {"metadata": {"name": "job-prepare", "creationTimestamp": "2026-01-01T12:00:00Z",
+                        "labels": {s.LABEL_ROLE: s.ROLE_PREPARE, s.LABEL_ATTEMPT: "0"}},
+           "status": {"phase": "Pending", "conditions": [
+               {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": sched}]}}
+    st = step(job, spec, None, [], t0).status
+    prep = PodObs.from_pod(raw)
+    assert step(job, spec, st, [prep], later(599)).status["phase"] == "Preparing"
+    plan = step(job, spec, st, [prep], later(600))
+    assert plan.status["phase"] == "Failed" and plan.status["reason"] == "PodPendingTimeout"
+    assert sched in plan.status["message"] and "job-prepare" in plan.status["message"]
+    assert cond(plan.status, "Failed")["message"] == plan.status["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "PodPendingTimeout")]
+    assert plan.delete_pods == ["job-prepare"]  # cleanPodPolicy Running deletes Pending pods too
+
+
+def test_refused_permanent_fails_with_the_specs_cleanup_policy(job, t0):
+    spec = make_spec(runPolicy={"cleanPodPolicy": "None"})
+    st = step(job, spec, None, [], t0).status
+    plan = refused(job, spec, st, [pod("job-prepare", s.ROLE_PREPARE, phase="Pending")], t0,
+                   SpecError("InvalidChild", "Pod job-worker-1 was refused"))
+    assert plan.status["phase"] == "Failed" and plan.status["reason"] == "InvalidChild"
+    assert plan.entered == "Failed" and plan.delete_pods == [] and plan.status["completionTime"]
+    done = refused(job, spec, plan.status, [], later(5), SpecError("InvalidChild", "again"))
+    assert done.status == plan.status and not done.events  # a finished job stays as it ended
+
+
+def test_blocked_waits_then_fails_and_unblocked_clears(job, t0):
+    spec = make_spec(runPolicy={"preRunningDeadlineSeconds": 100})
+    st = prepared_status()
+    err = CreateBlocked("QuotaExceeded", "Pod job-worker-1 does not fit in the namespace's quota now")
+    first = refused(job, spec, st, [], t0, err)
+    assert first.status["phase"] == "Pending" and first.status["blockedSince"] == "2026-01-01T12:00:00Z"
+    assert [e.reason for e in first.events] == ["QuotaExceeded"] and err.message in first.status["message"]
+    again = refused(job, spec, first.status, [], later(99), err)
+    assert again.status["blockedSince"] == first.status["blockedSince"] and not again.events
+    end = refused(job, spec, again.status, [], later(100), err)
+    assert end.status["phase"] == "Failed" and end.status["reason"] == "QuotaExceeded"
+    assert "blockedSince" not in end.status
+    cleared = unblocked(again.status)
+    assert "blockedSince" not in cleared and cleared["reason"] == "Pending"
+    # without a deadline the wait is unbounded, as for a Pending pod
+    forever = make_spec(runPolicy={"preRunningDeadlineSeconds": None})
+    assert refused(job, forever, again.status, [], later(10 ** 6), err).status["phase"] == "Pending"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -23,6 +23,13 @@ DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + OGB_DATASETS + ("arrays"
 
 STRATEGIES = ("grappa", "full", "varco", "retexo")
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
+
+# Bounds on free-form strings and lists: the GrappaJob CRD compares these sections in CEL rules,
+# and the API server's cost estimate needs a maximum size for every string and list they hold.
+PATH_MAX = 4096
+FILES_MAX = 256  # part files per list (a glob pattern counts as one)
+FILE_NAME_MAX = 1024
+FileName = Annotated[str, Field(max_length=FILE_NAME_MAX)]
 
 # Reference fanouts per depth, input layer first (DGL order), from the method doc §5.
 DEFAULT_FANOUTS = {1: [25], 2: [25, 10], 3: [15, 10, 5], 4: [20, 15, 10, 5]}
@@ -52,16 +59,16 @@ class ArraysConfig(Section):
     """The Grappa arrays format: a user's graph as .npy files in one folder (README, "Your own
     graph"). File names are relative to that folder; edge entries may be glob patterns."""
 
-    edges: Optional[list[str]] = Field(
-        None, description="[2, E] int32/int64 edge arrays (src row, dst row), one or several part "
+    edges: Optional[list[FileName]] = Field(
+        None, max_length=FILES_MAX, description="[2, E] int32/int64 edge arrays (src row, dst row), one or several part "
                           "files; default edges.npy unless src/dst are given.")
-    src: list[str] = Field(default_factory=list, description="Source-id arrays [E], paired in order with dst.")
-    dst: list[str] = Field(default_factory=list, description="Destination-id arrays [E].")
-    features: str = Field("features.npy", description="[n, f] float32 or float16 node features.")
-    labels: str = Field("labels.npy", description="[n] integer labels; -1 marks an unlabelled node.")
-    train: str = Field("train.npy", description="Training nodes: a bool mask [n] or an index array.")
-    val: str = Field("val.npy", description="Validation nodes: a bool mask [n] or an index array.")
-    test: str = Field("test.npy", description="Test nodes: a bool mask [n] or an index array.")
+    src: list[FileName] = Field(default_factory=list, max_length=FILES_MAX, description="Source-id arrays [E], paired in order with dst.")
+    dst: list[FileName] = Field(default_factory=list, max_length=FILES_MAX, description="Destination-id arrays [E].")
+    features: str = Field("features.npy", max_length=FILE_NAME_MAX, description="[n, f] float32 or float16 node features.")
+    labels: str = Field("labels.npy", max_length=FILE_NAME_MAX, description="[n] integer labels; -1 marks an unlabelled node.")
+    train: str = Field("train.npy", max_length=FILE_NAME_MAX, description="Training nodes: a bool mask [n] or an index array.")
+    val: str = Field("val.npy", max_length=FILE_NAME_MAX, description="Validation nodes: a bool mask [n] or an index array.")
+    test: str = Field("test.npy", max_length=FILE_NAME_MAX, description="Test nodes: a bool mask [n] or an index array.")
     num_classes: Optional[int] = Field(
         None, ge=2, description="Number of classes (default: the largest label + 1).")
 
@@ -81,11 +88,11 @@ class DatasetConfig(Section):
         "csbm", description="Built-in dataset, synthetic generator, OGB node dataset (ogbn-*), "
                             "'arrays' for your own .npy files, or 'file' for a saved PyG Data.")
     root: Optional[str] = Field(
-        None, description="Folder holding the datasets (defaults to $GRAPPA_DATA_ROOT, then ./data).")
+        None, max_length=PATH_MAX, description="Folder holding the datasets (defaults to $GRAPPA_DATA_ROOT, then ./data).")
     download: bool = Field(
         False, description="Allow downloading a built-in or OGB dataset that is not under root.")
     path: Optional[str] = Field(
-        None, description="name=file: a torch.save'd torch_geometric.data.Data; name=arrays: the "
+        None, max_length=PATH_MAX, description="name=file: a torch.save'd torch_geometric.data.Data; name=arrays: the "
                           "folder of .npy files (relative paths: under root).")
     split_seed: int = Field(0, ge=0, description="Seed of the split for datasets without a public one.")
     feature_dtype: Literal["float32", "float16"] = Field(
@@ -139,7 +146,7 @@ class TrainingConfig(Section):
         None, ge=1, description="Mini-batch: stop an epoch after this many steps (default: when every "
                                 "seed has been used once); for time-boxed runs on very large graphs.")
     fanouts: Optional[list[int]] = Field(
-        None, description="Neighbours sampled per layer, input layer first; default per depth.")
+        None, max_length=16, description="Neighbours sampled per layer, input layer first; default per depth.")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer at the aggregator.")
     lr: float = Field(0.01, gt=0, description="Learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="L2 penalty.")
