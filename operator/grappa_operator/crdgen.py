@@ -73,12 +73,14 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
             raw = node["properties"]
             node["properties"] = {k: _structural(v) for k, v in raw.items()}
             for name, prop in node["properties"].items():
-                # Materialise nested defaults when a section is omitted, but only where {} is valid
-                # and means "all defaults" (not for Optional sections, where absent means off).
-                if (prop.get("type") == "object" and "properties" in prop and "default" not in prop
+                # Materialise nested defaults when a section is omitted, but only where that means
+                # "all defaults" (not for Optional sections, where absent means off). Written out
+                # whole, not as {}: the API server checks a default against the section's CEL
+                # rules without defaulting inside it first.
+                if (prop.get("type") == "object" and "properties" in prop and prop.get("default", {}) == {}
                         and not prop.get("required") and "anyOf" not in raw[name]
                         and name not in node.get("required", [])):
-                    prop["default"] = {}
+                    prop["default"] = {k: sub["default"] for k, sub in prop["properties"].items() if "default" in sub}
         elif isinstance(extra, dict):
             node["additionalProperties"] = _structural(extra)
         else:  # dict[str, Any]: free-form

@@ -143,6 +143,27 @@ def test_defaults_in_crd_match_the_model():
     assert model == parse_spec({"storage": {"hostPath": "/srv"}}).model_dump(by_alias=True, exclude_none=True)
 
 
+def test_section_defaults_are_written_out_whole():
+    """The API server checks a section's default against the section's CEL rules without
+    defaulting inside it (a `{}` default made the CRD invalid: "no such key: rMin"), so every
+    defaulted section carries each of its fields' defaults, nested sections included."""
+    crd = yaml.safe_load(crdgen.render())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    problems = []
+
+    def check(node, path):
+        for name, sub in (node.get("properties") or {}).items():
+            if sub.get("type") == "object" and "properties" in sub and "default" in sub:
+                want = {k for k, f in sub["properties"].items() if "default" in f}
+                if set(sub["default"]) != want:
+                    problems.append(f"{path}.{name}: default has {sorted(sub['default'])}, fields with defaults {sorted(want)}")
+            check(sub, f"{path}.{name}")
+
+    check(spec, "spec")
+    assert not problems, "\n".join(problems)
+    assert spec["properties"]["varco"]["default"]["rMin"] == 1.0
+
+
 def test_crd_round_trips_through_the_official_client_model():
     """Every key is a field of apiextensions.k8s.io/v1 (the client model would drop unknown ones)."""
     import json
