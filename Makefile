@@ -26,7 +26,7 @@ demo: venv
 # and fails the run if anything left the bed's bridges or is left behind.
 test: venv
 	hack/install-test-deps.sh
-	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/kind/bed.sh run --early -- $(PY) -m pytest -q tests
+	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/kind/bed.sh run --early -- $(PY) -m pytest -q --durations=15 tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests -m "not e2e"

@@ -96,9 +96,11 @@ run() {  # run [--early] <command...>
     : >"$BED/logs/phases.txt"
     on_signal() {
         log "interrupted: stopping the command, then the bed"
-        [[ $child != 0 ]] && kill -TERM -- "-$child" 2>/dev/null
-        for _ in $(seq 30); do kill -0 "$child" 2>/dev/null || break; sleep 1; done
-        [[ $child != 0 ]] && kill -KILL -- "-$child" 2>/dev/null
+        if [[ $child != 0 ]]; then  # pytest turns SIGTERM into an interrupt: its finalisers run
+            kill -TERM -- "-$child" 2>/dev/null || true
+            for _ in $(seq 30); do kill -0 "$child" 2>/dev/null || break; sleep 1; done
+            kill -KILL -- "-$child" 2>/dev/null || true
+        fi
         exit 130
     }
     trap on_signal INT TERM
