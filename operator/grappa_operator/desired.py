@@ -16,9 +16,7 @@ from . import settings as s
 from .api import GrappaJobSpec, PodSettings
 from .errors import SpecError
 
-# Shared with the CRD's CEL rules (api.py): one table, one list, one pattern.
-KNOWN_NODE_COUNTS = s.KNOWN_NODE_COUNTS
-RESERVED_ENV = s.RESERVED_ENV
+# settings holds the node table, reserved env names and name pattern the CRD's CEL rules share.
 _DNS1035 = re.compile(s.DNS1035_LABEL)
 
 
@@ -61,7 +59,7 @@ def dataset_nodes(spec: GrappaJobSpec) -> Optional[int]:
         return spec.dataset.synthetic.num_nodes
     if name == "rmat":
         return 2 ** spec.dataset.synthetic.scale
-    return KNOWN_NODE_COUNTS.get(name)
+    return s.KNOWN_NODE_COUNTS.get(name)
 
 
 def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
@@ -85,7 +83,7 @@ def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
                         "the aggregator listens on both")
     for role in ("aggregator", "worker"):
         for i, env in enumerate(getattr(spec, role).env):
-            if env.name in RESERVED_ENV:
+            if env.name in s.RESERVED_ENV:
                 raise SpecError("InvalidSpec", f"spec.{role}.env[{i}].name: {env.name} is set by "
                                 "the operator and cannot be overridden")
 
