@@ -288,7 +288,7 @@ class GrappaJobSpec(Section):
 
 # ---- status (written by the operator, progress/result by the aggregator) -------------------
 
-Phase = Literal["Pending", "Preparing", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+Phase = Literal["Queued", "Pending", "Preparing", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
@@ -360,18 +360,40 @@ class Replicas(Section):
     worker: ReplicaStatus = Field(default_factory=ReplicaStatus)
 
 
+class QueueStatus(Section):
+    local_queue: Optional[str] = Field(None, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
+    workload: Optional[str] = Field(None, description="The Kueue Workload filed for the job.")
+    cluster_queue: Optional[str] = Field(None, description="ClusterQueue that admitted it.")
+    admitted: bool = Field(False, description="Kueue admitted the aggregator and the workers.")
+
+
+class Artifacts(Section):
+    model: Optional[str] = Field(None, description="Best-validation parameters (torch state dict).")
+    report: Optional[str] = Field(None, description="report.json: history, result, traffic.")
+    plot: Optional[str] = Field(None, description="Loss and accuracy per epoch (PNG).")
+    checkpoints: Optional[str] = Field(None, description="Directory of the resumable checkpoints.")
+    logs: Optional[str] = Field(None, description="Directory of the trainers' logs.")
+
+
 class GrappaJobStatus(Section):
     phase: Optional[Phase] = Field(None, description="Current phase.")
     reason: Optional[str] = Field(None, description="Why the job is in this phase.")
     message: Optional[str] = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: Optional[int] = None
-    restarts: int = Field(0, description="Group restarts so far (counted against backoffLimit).")
+    restarts: int = Field(0, description="Group restarts so far (attempt number of the pods).")
+    disruptions: int = Field(0, description="Restarts caused by evictions or preemptions (not "
+                             "counted against backoffLimit).")
     prepared: bool = Field(False, description="The chunk store was prepared.")
     replicas: Replicas = Field(default_factory=Replicas)
     start_time: Optional[str] = None
     running_time: Optional[str] = Field(None, description="When the group first ran.")
     completion_time: Optional[str] = None
+    active_since: Optional[str] = Field(
+        None, description="Start of the activeDeadlineSeconds clock: creation, resume or admission.")
+    queue: Optional[QueueStatus] = None
+    run_dir: Optional[str] = Field(None, description="Run directory on the job's volume.")
+    artifacts: Optional[Artifacts] = Field(None, description="Paths of the run's outputs on the volume.")
     blocked_since: Optional[str] = Field(
         None, description="Since when the API server refuses a child for now (quota in use).")
     progress: Optional[Progress] = None

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from grappa.config import TrainConfig, dump_config
 
+from . import kueue
 from . import settings as s
 from .api import GrappaJobSpec, PodSettings
 from .errors import SpecError
@@ -25,11 +26,13 @@ class JobRef:
     name: str
     namespace: str
     uid: str
+    queue: Optional[str] = None  # Kueue LocalQueue (label kueue.x-k8s.io/queue-name)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> "JobRef":
         meta = body.get("metadata") or {}
-        return cls(meta.get("name", ""), meta.get("namespace", ""), meta.get("uid", ""))
+        queue = (meta.get("labels") or {}).get(kueue.QUEUE_LABEL) or None
+        return cls(meta.get("name", ""), meta.get("namespace", ""), meta.get("uid", ""), queue)
 
 
 # ---- names --------------------------------------------------------------------------------
@@ -93,6 +96,13 @@ def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
 def run_dir(job: JobRef, spec: GrappaJobSpec) -> str:
     # The uid keeps a re-created job of the same name from resuming a stale checkpoint.
     return posixpath.join(spec.storage.mount_path, job.namespace, job.name, job.uid[:8] or "run")
+
+
+def artifacts(run_dir_: str) -> dict[str, str]:
+    """Where the trainer writes what a user comes back for (docs/architecture.md, run directory)."""
+    return {name: posixpath.join(run_dir_, rel) for name, rel in (
+        ("model", "model.pt"), ("report", "report.json"), ("plot", "training.png"),
+        ("checkpoints", "checkpoints"), ("logs", "logs"))}
 
 
 def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
@@ -186,8 +196,13 @@ def _resources(pod: PodSettings) -> dict[str, Any]:
     return res
 
 
-def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attempt: int) -> dict[str, Any]:
-    """One trainer pod: prepare (rank None), aggregator (rank 0) or worker (rank 1..P)."""
+def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attempt: int,
+        placement: Optional[kueue.Placement] = None) -> dict[str, Any]:
+    """One trainer pod: prepare (rank None), aggregator (rank 0) or worker (rank 1..P).
+
+    `placement` is what a Kueue flavor assignment adds: its node labels win over the spec's
+    nodeSelector (Kueue admitted the pods for those nodes) and its tolerations are appended.
+    """
     settings_ = spec.worker if role == s.ROLE_WORKER else spec.aggregator
     cfg = train_config(job, spec)
     threads = cpu_threads(settings_)
@@ -238,11 +253,13 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
         pod_spec["serviceAccountName"] = settings_.service_account_name or aggregator_account(job)
     elif settings_.service_account_name:
         pod_spec["serviceAccountName"] = settings_.service_account_name
-    if settings_.node_selector:
-        pod_spec["nodeSelector"] = dict(settings_.node_selector)
-    if settings_.tolerations:
-        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True)
-                                   for t in settings_.tolerations]
+    selector = {**settings_.node_selector, **(placement.node_selector if placement else {})}
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in settings_.tolerations]
+    tolerations += [t for t in (placement.tolerations if placement else ()) if t not in tolerations]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     if settings_.priority_class_name:
         pod_spec["priorityClassName"] = settings_.priority_class_name
     sp = spec.scheduling_policy
@@ -260,14 +277,39 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
-def group_pods(job: JobRef, spec: GrappaJobSpec, attempt: int) -> list[dict[str, Any]]:
-    pods = [pod(job, spec, s.ROLE_AGGREGATOR, 0, attempt)]
-    pods += [pod(job, spec, s.ROLE_WORKER, r, attempt) for r in range(1, spec.partitions + 1)]
+def group_pods(job: JobRef, spec: GrappaJobSpec, attempt: int,
+               placement: Optional[dict[str, kueue.Placement]] = None) -> list[dict[str, Any]]:
+    place = placement or {}
+    pods = [pod(job, spec, s.ROLE_AGGREGATOR, 0, attempt, place.get(s.ROLE_AGGREGATOR))]
+    pods += [pod(job, spec, s.ROLE_WORKER, r, attempt, place.get(s.ROLE_WORKER))
+             for r in range(1, spec.partitions + 1)]
     return pods
 
 
-def prepare_pod(job: JobRef, spec: GrappaJobSpec, attempt: int) -> dict[str, Any]:
-    return pod(job, spec, s.ROLE_PREPARE, None, attempt)
+def prepare_pod(job: JobRef, spec: GrappaJobSpec, attempt: int,
+                placement: Optional[dict[str, kueue.Placement]] = None) -> dict[str, Any]:
+    # Under Kueue the prepare pod runs alone, before the group, on the aggregator's admitted share.
+    return pod(job, spec, s.ROLE_PREPARE, None, attempt, (placement or {}).get(s.ROLE_AGGREGATOR))
+
+
+def workload(job: JobRef, spec: GrappaJobSpec, priority: Optional[kueue.Priority] = None) -> dict[str, Any]:
+    """The Kueue Workload of a queued job: the aggregator and the P workers as two pod sets, so
+    Kueue admits the whole group at once (kueue.py). `priority` is resolved by the caller (it
+    reads the PriorityClass or WorkloadPriorityClass, as Kueue's own integrations do)."""
+    assert job.queue, "only a job labelled kueue.x-k8s.io/queue-name has a Workload"
+    agg, worker = pod(job, spec, s.ROLE_AGGREGATOR, 0, 0), pod(job, spec, s.ROLE_WORKER, 1, 0)
+    body: dict[str, Any] = {
+        "queueName": job.queue,
+        "podSets": [
+            {"name": "aggregator", "count": 1, "template": {"spec": kueue.template_spec(agg)}},
+            {"name": "workers", "count": spec.partitions, "template": {"spec": kueue.template_spec(worker)}},
+        ],
+    }
+    if priority is not None:
+        body["priorityClassRef"] = {"group": priority.group, "kind": priority.kind, "name": priority.name}
+        body["priority"] = priority.value
+    return {"apiVersion": f"{kueue.GROUP}/{kueue.VERSION}", "kind": "Workload",
+            "metadata": _meta(job, kueue.workload_name(job.name), labels(job)), "spec": body}
 
 
 def service(job: JobRef, spec: GrappaJobSpec) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import kopf
 
-from . import desired, metrics
+from . import desired, kueue, metrics
 from . import settings as s
 from .api import GrappaJobSpec, parse_spec
 from .errors import CreateBlocked, SpecError
@@ -25,7 +25,7 @@ log = logging.getLogger("grappa_operator")
 # status keys the operator writes; progress and result belong to the aggregator (never overwritten)
 OWNED_STATUS_KEYS = ("phase", "reason", "message", "conditions", "observedGeneration", "restarts",
                      "prepared", "replicas", "startTime", "runningTime", "completionTime", "rounds",
-                     "blockedSince")
+                     "blockedSince", "disruptions", "activeSince", "queue", "runDir", "artifacts")
 
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
 _kube: Optional[Kube] = None
@@ -75,15 +75,16 @@ async def _reconcile(namespace: str, name: str) -> None:
         spec = err
     raw_pods = await asyncio.to_thread(k.list_pods, job)
     pods = [PodObs.from_pod(p) for p in raw_pods]
+    wl_body, wl = await _read_workload(k, job) if job.queue else (None, None)
     t = now()
     old = body.get("status") or {}
-    plan = step(job, spec, old, pods, t, body["metadata"].get("generation"))
+    plan = step(job, spec, old, pods, t, body["metadata"].get("generation"), wl)
     await _write(k, namespace, name, old, plan)
 
     transient: Optional[Exception] = None
     if isinstance(spec, GrappaJobSpec):
         try:
-            await _create_children(k, job, spec, plan, {p.name for p in pods})
+            await _create_children(k, body, job, spec, plan, {p.name for p in pods}, wl)
         except (SpecError, CreateBlocked) as err:  # the API server refused what this spec produces
             after = refused(job, spec, plan.status, pods, t, err)
             await _write(k, namespace, name, plan.status, after)
@@ -97,6 +98,8 @@ async def _reconcile(namespace: str, name: str) -> None:
                 plan.status = after.status
     for pod_name in plan.delete_pods:
         await asyncio.to_thread(k.delete_pod, namespace, pod_name)
+    if wl_body is not None:
+        await _sync_workload(k, job, wl_body, plan, t)
     await _announce(k, body, plan, t)
     metrics.CACHE.update(namespace, name, {**plan.status, "progress": old.get("progress")})
     if plan.delete_job:
@@ -121,19 +124,66 @@ async def _write(k: Kube, namespace: str, name: str, old: dict[str, Any], plan: 
         await asyncio.to_thread(k.patch_status, namespace, name, patch)
 
 
-async def _create_children(k: Kube, job: desired.JobRef, spec: GrappaJobSpec, plan: Plan,
-                           existing: set[str]) -> None:
+async def _create_children(k: Kube, body: dict[str, Any], job: desired.JobRef, spec: GrappaJobSpec,
+                           plan: Plan, existing: set[str], wl: Optional[kueue.WorkloadObs]) -> None:
     attempt = int(plan.status.get("restarts") or 0)
+    place = wl.placement if wl is not None else None
     objs: list[dict[str, Any]] = []
+    if plan.create_workload:
+        priority = await asyncio.to_thread(_priority, k, body, spec)
+        objs.append(desired.workload(job, spec, priority))
     if plan.create_supporting:
         objs += desired.supporting_objects(job, spec)
     if plan.create_prepare:
-        objs.append(desired.prepare_pod(job, spec, attempt))
+        objs.append(desired.prepare_pod(job, spec, attempt, place))
     if plan.create_group:
-        objs += [p for p in desired.group_pods(job, spec, attempt) if p["metadata"]["name"] not in existing]
+        objs += [p for p in desired.group_pods(job, spec, attempt, place)
+                 if p["metadata"]["name"] not in existing]
     for obj in objs:
         if await asyncio.to_thread(k.create, obj):
             log.info("created %s %s/%s", obj["kind"], job.namespace, obj["metadata"]["name"])
+
+
+async def _read_workload(k: Kube, job: desired.JobRef) -> tuple[Optional[dict[str, Any]], kueue.WorkloadObs]:
+    """The job's Workload and the ResourceFlavors of its admission."""
+    name = kueue.workload_name(job.name)
+    body = await asyncio.to_thread(k.get_workload, job.namespace, name)
+    flavors: dict[str, dict[str, Any]] = {}
+    for flavor in kueue.assigned_flavors(((body or {}).get("status") or {}).get("admission")):
+        flavors[flavor] = await asyncio.to_thread(
+            k.get_cluster_object, kueue.GROUP, kueue.VERSION, kueue.FLAVORS, flavor) or {}
+    return body, kueue.WorkloadObs.from_workload(name, job.queue or "", body, flavors)
+
+
+def _priority(k: Kube, body: dict[str, Any], spec: GrappaJobSpec) -> Optional[kueue.Priority]:
+    """The Workload's priority, resolved as Kueue's own integrations do (the class's value)."""
+    source = kueue.priority_source((body.get("metadata") or {}).get("labels") or {},
+                                   spec.aggregator.priority_class_name or spec.worker.priority_class_name)
+    if source is None:
+        return None
+    group, kind, name = source
+    version, plural = ((kueue.VERSION, "workloadpriorityclasses") if group == kueue.GROUP
+                       else ("v1", "priorityclasses"))
+    cls = k.get_cluster_object(group, version, plural, name)
+    if cls is None:
+        raise SpecError("PriorityClassMissing", f"{kind} {name!r} (from "
+                        f"{'metadata.labels[' + kueue.PRIORITY_LABEL + ']' if group == kueue.GROUP else 'spec.*.priorityClassName'}) "
+                        f"does not exist: create it or fix the name")
+    return kueue.Priority(group, kind, name, int(cls.get("value") or 0))
+
+
+async def _sync_workload(k: Kube, job: desired.JobRef, wl_body: dict[str, Any], plan: Plan, t) -> None:
+    """Apply what the step decided for the Workload; a failure is retried at the next resync."""
+    name = kueue.workload_name(job.name)
+    if plan.finish_workload is not None:
+        patch = kueue.finished_status(wl_body, plan.finish_workload, plan.status.get("message") or "", t)
+        await asyncio.to_thread(k.patch_workload, job.namespace, name, {"status": patch}, True)
+    if plan.release_workload:
+        await asyncio.to_thread(k.patch_workload, job.namespace, name,
+                                {"status": kueue.released_status(wl_body, t)}, True)
+    if plan.workload_active is not None:
+        await asyncio.to_thread(k.patch_workload, job.namespace, name,
+                                {"spec": {"active": plan.workload_active}})
 
 
 async def _announce(k: Kube, body: dict[str, Any], plan: Plan, t) -> None:

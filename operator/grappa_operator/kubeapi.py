@@ -11,7 +11,7 @@ from typing import Any, Optional
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from . import refusals
+from . import kueue, refusals
 from . import settings as s
 from .desired import JobRef
 from .errors import CreateBlocked, SpecError
@@ -35,12 +35,8 @@ class Kube:
 
     # -- the job ------------------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> Optional[dict[str, Any]]:
-        try:
-            return self.custom.get_namespaced_custom_object(s.GROUP, s.VERSION, namespace, s.PLURAL, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        return self._get_or_none(lambda: self.custom.get_namespaced_custom_object(
+            s.GROUP, s.VERSION, namespace, s.PLURAL, name))
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(
@@ -71,6 +67,9 @@ class Kube:
             "Role": lambda: self.rbac.create_namespaced_role(ns, obj, **raw),
             "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, obj, **raw),
         }
+        if kind == "Workload":
+            calls[kind] = lambda: self.custom.create_namespaced_custom_object(
+                kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, obj, **raw)
         if kind == "PodGroup":
             group, version = obj["apiVersion"].split("/")
             calls[kind] = lambda: self.custom.create_namespaced_custom_object(
@@ -85,6 +84,20 @@ class Kube:
             if meaning is None:  # 429, 5xx, ...: retried at the next resync
                 raise
             raise meaning from None
+
+    # -- Kueue (kueue.py) ----------------------------------------------------------------------
+    def get_workload(self, namespace: str, name: str) -> Optional[dict[str, Any]]:
+        return self._get_or_none(lambda: self.custom.get_namespaced_custom_object(
+            kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name))
+
+    def get_cluster_object(self, group: str, version: str, plural: str, name: str) -> Optional[dict[str, Any]]:
+        """A cluster-scoped object (ResourceFlavor, PriorityClass, ...); None when absent."""
+        return self._get_or_none(lambda: self.custom.get_cluster_custom_object(group, version, plural, name))
+
+    def patch_workload(self, namespace: str, name: str, patch: dict[str, Any], status: bool = False) -> None:
+        call = (self.custom.patch_namespaced_custom_object_status if status
+                else self.custom.patch_namespaced_custom_object)
+        call(kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, patch, _preload_content=False)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
@@ -103,6 +116,15 @@ class Kube:
             "source": {"component": s.MANAGED_BY},
             "reportingComponent": f"{s.GROUP}/operator", "reportingInstance": s.MANAGED_BY,
         }, _preload_content=False)
+
+    @staticmethod
+    def _get_or_none(call) -> Optional[dict[str, Any]]:
+        try:
+            return call()
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     @staticmethod
     def _ignore_404(call) -> None:

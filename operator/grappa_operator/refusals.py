@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import settings as s
+from .kueue import EXTERNAL_FRAMEWORK, QUEUE_LABEL
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ def classify(obj: dict[str, Any], status: int, body: Any) -> Optional[Refusal]:
         return Refusal("GangSchedulerMissing", f"spec.schedulingPolicy.provider: the PodGroup API "
                        f"{obj.get('apiVersion')} is not installed in this cluster: install that "
                        "scheduler or set spec.schedulingPolicy.gang: false", True)
+    if obj.get("kind") == "Workload" and status == 404:
+        return Refusal("KueueMissing", f"metadata.labels[{QUEUE_LABEL}]: the Kueue Workload API "
+                       f"{obj.get('apiVersion')} is not installed in this cluster: install Kueue "
+                       f"(listing {EXTERNAL_FRAMEWORK} under integrations.externalFrameworks) or "
+                       "remove the label", True)
     if status in (400, 422):
         fields = "; ".join(f"{c['field']}: {c['message']}" if c["field"] else c["message"]
                            for c in causes) or message
@@ -113,6 +119,9 @@ def _forbidden_fix(obj: dict[str, Any], message: str, section: str) -> str:
         if obj.get("kind") == "PodGroup":
             return ("; the operator may not create PodGroups: install the chart with "
                     "gangScheduling.volcano (or gangScheduling.schedulerPlugins) set to true")
+        if obj.get("kind") == "Workload":
+            return ("; the operator may not create Kueue Workloads: upgrade the chart (its "
+                    "ClusterRole grants kueue.x-k8s.io workloads) or remove the queue label")
         return "; the operator's Role or ClusterRole lacks this permission (docs/operator.md, Least privilege)"
     return ""
 

@@ -14,12 +14,17 @@ from typing import Any, Optional, Union
 from . import rounds as rounds_mod
 from . import settings as s
 from .api import GrappaJobSpec
-from .desired import JobRef, check_runnable, pod_name
+from .desired import JobRef, artifacts, check_runnable, pod_name, run_dir
 from .errors import CreateBlocked, SpecError
+from .kueue import WorkloadObs
 from .timeutil import iso, parse
 
 TERMINAL = ("Succeeded", "Failed")
-STATE_CONDITIONS = ("Running", "Restarting", "Succeeded", "Failed", "Suspended")
+STATE_CONDITIONS = ("Queued", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+# Why Kubernetes stopped a pod that did nothing wrong (DisruptionTarget condition reasons; a
+# node-pressure eviction also sets status.reason "Evicted"): such a restart is not a failure.
+DISRUPTIONS = ("PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager",
+               "TerminationByKubelet", "DeletionByPodGC", "Evicted")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class PodObs:
     exit_code: Optional[int] = None
     message: str = ""  # termination message (or reason) of a finished container
     pending_reason: str = ""  # why a Pending pod is not running yet
+    disruption: str = ""  # set when Kubernetes evicted or preempted the pod (not its fault)
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> "PodObs":
@@ -65,6 +71,10 @@ class PodObs:
                     pending = f"unschedulable: {cond.get('reason', '')} {cond.get('message', '')}".strip()
         if not pending and status.get("reason"):
             pending = f"{status.get('reason')}: {status.get('message', '')}"
+        disruption = "Evicted" if status.get("reason") == "Evicted" else ""
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+                disruption = cond.get("reason") or "DisruptionTarget"
         return cls(
             name=meta.get("name", ""),
             role=lbls.get(s.LABEL_ROLE, ""),
@@ -76,6 +86,7 @@ class PodObs:
             exit_code=exit_code,
             message=message[-1000:],
             pending_reason=pending or "not started yet",
+            disruption=disruption if disruption in DISRUPTIONS else "",
         )
 
 
@@ -95,6 +106,12 @@ class Plan:
     create_group: bool = False  # create the missing group pods of attempt status.restarts
     delete_pods: list[str] = field(default_factory=list)
     delete_job: bool = False
+    # Kueue (kueue.py): file the Workload, mark it Finished (succeeded?), clear an evicted
+    # admission once the pods are gone, or set spec.active (user suspend).
+    create_workload: bool = False
+    finish_workload: Optional[bool] = None
+    release_workload: bool = False
+    workload_active: Optional[bool] = None
     entered: Optional[str] = None  # the phase entered in this step, if it changed
     round_reason: Optional[str] = None  # set when a repartition round was decided
 
@@ -149,17 +166,25 @@ def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodOb
 
 
 def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: datetime,
-             pods: list[PodObs]) -> None:
+             pods: list[PodObs], disruption: bool = False) -> None:
+    """Restart the whole group. A disruption (eviction, preemption) is not the job's failure: it
+    gets a new attempt without using up spec.runPolicy.backoffLimit, like Job's pod failure policy."""
     st = plan.status
     limit = spec.run_policy.backoff_limit
-    done = int(st.get("restarts") or 0)
-    if done >= limit:
+    restarts, disruptions = int(st.get("restarts") or 0), int(st.get("disruptions") or 0)
+    failures = restarts - disruptions
+    if not disruption and failures >= limit:
         _fail(plan, "BackoffLimitExceeded",
-              f"{message}; the group was restarted {done} times and spec.runPolicy.backoffLimit is {limit}",
+              f"{message}; the group failed {failures} times and spec.runPolicy.backoffLimit is {limit}",
               now, pods, spec.run_policy.clean_pod_policy)
         return
-    st["restarts"] = done + 1
-    msg = f"{message}; restarting the whole group from the latest checkpoint ({done + 1}/{limit})"
+    st["restarts"] = restarts + 1
+    if disruption:
+        st["disruptions"] = disruptions + 1
+        msg = (f"{message}; restarting the whole group from the latest checkpoint (a disruption: "
+               f"not counted against backoffLimit, {failures}/{limit} used)")
+    else:
+        msg = f"{message}; restarting the whole group from the latest checkpoint ({failures + 1}/{limit})"
     _enter(plan, "Restarting", reason, msg, now)
     plan.event("Warning", reason, msg)
     _leftovers_delete(plan, pods)
@@ -180,6 +205,9 @@ def _pod_failed(plan: Plan, spec: GrappaJobSpec, pod: PodObs, now: datetime, pod
         _fail(plan, s.PERMANENT_EXIT_CODES[pod.exit_code],
               f"pod {pod.name} exited with code {pod.exit_code}: {detail}", now, pods,
               spec.run_policy.clean_pod_policy)
+    elif pod.disruption:
+        _restart(plan, spec, "PodDisrupted", f"pod {pod.name} was stopped by Kubernetes "
+                 f"({pod.disruption}): {detail}", now, pods, disruption=True)
     else:
         _restart(plan, spec, "PodFailed", f"pod {pod.name} failed (exit code {pod.exit_code}): {detail}",
                  now, pods)
@@ -199,25 +227,32 @@ def _replicas(spec: Optional[GrappaJobSpec], pods: list[PodObs], attempt: int) -
 # ---- the step -----------------------------------------------------------------------------
 
 def step(job: JobRef, spec: Union[GrappaJobSpec, SpecError], status: Optional[dict[str, Any]],
-         pods: list[PodObs], now: datetime, generation: Optional[int] = None) -> Plan:
+         pods: list[PodObs], now: datetime, generation: Optional[int] = None,
+         workload: Optional[WorkloadObs] = None) -> Plan:
+    """`workload` is the job's Kueue Workload as observed (None when the job is not queued)."""
     st = copy.deepcopy(status) if status else {}
     st.pop("kopf", None)
     plan = Plan(st)
     if not st.get("phase"):
-        st.update(startTime=iso(now), restarts=0, prepared=False)
+        st.update(startTime=iso(now), activeSince=iso(now), restarts=0, prepared=False)
         set_condition(st, "Created", "True", "Created", "GrappaJob accepted by the operator", now)
         _enter(plan, "Pending", "Created", "waiting for pods", now)
         plan.event("Normal", "Created", f"GrappaJob {job.namespace}/{job.name} accepted")
     if generation is not None:
         st["observedGeneration"] = generation
-    _step(plan, job, spec, pods, now)
+    if isinstance(spec, GrappaJobSpec) and not st.get("runDir"):
+        st["runDir"] = run_dir(job, spec)
+        st["artifacts"] = artifacts(st["runDir"])
+    _step(plan, job, spec, pods, now, workload)
+    if workload is not None:
+        _sync_workload(plan, workload, pods)
     good = spec if isinstance(spec, GrappaJobSpec) else None
     st["replicas"] = _replicas(good, pods, int(st.get("restarts") or 0))
     return plan
 
 
 def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: list[PodObs],
-          now: datetime) -> None:
+          now: datetime, workload: Optional[WorkloadObs]) -> None:
     st = plan.status
     policy = spec.run_policy.clean_pod_policy if isinstance(spec, GrappaJobSpec) else "All"
     if st["phase"] in TERMINAL:
@@ -247,11 +282,17 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
     if st["phase"] == "Suspended":
         _enter(plan, "Pending", "Resumed", "resuming from the latest checkpoint", now)
         plan.event("Normal", "Resumed", "resuming from the latest checkpoint")
+        st["activeSince"] = iso(now)  # like Job: the deadline clock restarts on resume
+    if workload is not None and _queued(plan, workload, pods, now):
+        return
 
-    started = parse(st.get("startTime")) or now
+    # The deadline counts from the last start, resume or admission: never time spent suspended
+    # or queued.
+    started = parse(st.get("activeSince")) or parse(st.get("startTime")) or now
     if rp.active_deadline_seconds is not None and started + timedelta(seconds=rp.active_deadline_seconds) <= now:
-        _fail(plan, "DeadlineExceeded", f"the job ran longer than spec.runPolicy.activeDeadlineSeconds "
-              f"({rp.active_deadline_seconds}s)", now, pods, policy)
+        _fail(plan, "DeadlineExceeded", f"the job was active longer than "
+              f"spec.runPolicy.activeDeadlineSeconds ({rp.active_deadline_seconds}s) since "
+              f"{iso(started)}", now, pods, policy)
         return
     if rp.pre_running_deadline_seconds is not None:
         limit = timedelta(seconds=rp.pre_running_deadline_seconds)
@@ -322,8 +363,13 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
     if st["phase"] == "Running":
         gone = [p.name for p in group if p.deleting] + [pod_name(job, r, k) for r, k in missing]
         if gone:
-            _restart(plan, spec, "PodDeleted", f"pod(s) {', '.join(sorted(set(gone)))} disappeared while "
-                     "training", now, pods)
+            disrupted = sorted({p.disruption for p in group if p.deleting and p.disruption})
+            if disrupted:
+                _restart(plan, spec, "PodDisrupted", f"pod(s) {', '.join(sorted(set(gone)))} were stopped "
+                         f"by Kubernetes ({', '.join(disrupted)})", now, pods, disruption=True)
+            else:
+                _restart(plan, spec, "PodDeleted", f"pod(s) {', '.join(sorted(set(gone)))} disappeared "
+                         "while training", now, pods)
             return
     elif missing:
         plan.create_group = True
@@ -344,6 +390,68 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
         plan.round_reason = reason
         plan.event("Normal", "RoundDecided", f"round {decision.round} ({reason}): pairing seed "
                    f"{decision.pairing_seed}, effective from epoch {decision.effective_epoch}")
+
+
+# ---- Kueue ---------------------------------------------------------------------------------
+
+def _queued(plan: Plan, wl: WorkloadObs, pods: list[PodObs], now: datetime) -> bool:
+    """Gate a queued job on Kueue's admission; True while it must wait (no pods, no deadline)."""
+    st = plan.status
+    where = f"LocalQueue {wl.queue} (Workload {wl.name})"
+    if not wl.exists:
+        _leftovers_delete(plan, pods)  # a Workload deleted under a running job takes its pods
+        plan.create_workload = True
+        _wait(plan, wl, "WaitingForAdmission", f"waiting for Kueue to admit the aggregator and "
+              f"workers together in {where}", now)
+        return True
+    if wl.evicted_reason:
+        _leftovers_delete(plan, pods)
+        plan.release_workload = wl.quota_reserved and not _leftovers(pods)
+        _wait(plan, wl, "Preempted" if wl.evicted_reason == "Preempted" else "Evicted",
+              f"Kueue evicted the job ({wl.evicted_reason}: {wl.evicted_message}); the pods are "
+              f"deleted and it resumes from the latest checkpoint once admitted again in {where} "
+              "(not counted against backoffLimit)", now)
+        return True
+    if not wl.admitted:
+        _leftovers_delete(plan, pods)
+        why = f": {wl.pending_message}" if wl.pending_message else ""
+        _wait(plan, wl, "WaitingForAdmission", f"waiting for Kueue to admit the aggregator and workers "
+              f"together in {where}{why}", now)
+        return True
+    if st["phase"] == "Queued":
+        msg = f"admitted by Kueue to ClusterQueue {wl.cluster_queue or '?'}"
+        _enter(plan, "Pending", "Admitted", msg, now)
+        plan.event("Normal", "Admitted", msg)
+        st["activeSince"] = iso(now)
+    st["queue"] = {"localQueue": wl.queue, "workload": wl.name, "clusterQueue": wl.cluster_queue,
+                   "admitted": True}
+    return False
+
+
+def _wait(plan: Plan, wl: WorkloadObs, reason: str, message: str, now: datetime) -> None:
+    st = plan.status
+    st["queue"] = {"localQueue": wl.queue, "workload": wl.name, "admitted": False}
+    if st["phase"] != "Queued":
+        _enter(plan, "Queued", reason, message, now)
+        plan.event("Warning" if reason in ("Preempted", "Evicted") else "Normal", reason, message)
+    elif st.get("reason") != reason or st.get("message") != message:
+        _enter(plan, "Queued", reason, message, now)
+
+
+def _sync_workload(plan: Plan, wl: WorkloadObs, pods: list[PodObs]) -> None:
+    """Keep the Workload in step with the job: inactive while suspended, Finished when done."""
+    st = plan.status
+    if not wl.exists:
+        return
+    if st.get("phase") in TERMINAL:
+        if not wl.finished:
+            plan.finish_workload = st["phase"] == "Succeeded"
+        return
+    suspended = st.get("phase") == "Suspended"
+    if wl.active == suspended:
+        plan.workload_active = not suspended
+    if suspended and wl.evicted_reason and wl.quota_reserved and not _leftovers(pods):
+        plan.release_workload = True
 
 
 def refused(job: JobRef, spec: GrappaJobSpec, status: dict[str, Any], pods: list[PodObs],

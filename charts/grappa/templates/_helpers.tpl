@@ -56,6 +56,14 @@ app.kubernetes.io/component: operator
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.kueue.enabled }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- if .Values.gangScheduling.volcano }}
 - apiGroups: ["scheduling.volcano.sh"]
   resources: ["podgroups"]

@@ -1,0 +1,166 @@
+"""GrappaJobs queued and admitted by a real Kueue (docs/operator.md, "Queueing with Kueue").
+
+On the kind bed Kueue v0.19.2 is built from its released source and installed by the bed
+(hack/kind/kueue.sh, GRAPPA_E2E_KUEUE=installed). On another cluster: a Kueue already installed
+is used as it is (its configuration must list GrappaJob as an external framework), or
+GRAPPA_E2E_KUEUE=release installs Kueue's release manifests (needs internet).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+import helpers as h
+from cluster import Cluster
+
+pytestmark = pytest.mark.e2e
+
+KUEUE_NS = "kueue-system"
+KUEUE_DEPLOY = "kueue-controller-manager"
+KUEUE_RELEASE = "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml"
+EXTERNAL_FRAMEWORK = "GrappaJob.v1alpha1.grappa.dev"
+POOL_LABEL = "grappa.dev/e2e-pool"
+
+
+def _installed(cluster: Cluster) -> bool:
+    return cluster.kubectl("get", "deployment", KUEUE_DEPLOY, "-n", KUEUE_NS, check=False).returncode == 0
+
+
+def _install_release(cluster: Cluster) -> None:
+    """Kueue's release, then GrappaJob added to its configuration's external frameworks."""
+    cluster.kubectl("apply", "--server-side", "-f", KUEUE_RELEASE, timeout=300)
+    cm = cluster.kubectl_json("get", "configmap", "kueue-manager-config", "-n", KUEUE_NS)
+    config = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
+    integrations = config.setdefault("integrations", {})
+    integrations["externalFrameworks"] = sorted({*integrations.get("externalFrameworks", []), EXTERNAL_FRAMEWORK})
+    cm["data"]["controller_manager_config.yaml"] = yaml.safe_dump(config)
+    cluster.apply(json.dumps(cm), KUEUE_NS)
+    cluster.kubectl("rollout", "restart", f"deployment/{KUEUE_DEPLOY}", "-n", KUEUE_NS)
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> None:
+    mode = os.environ.get("GRAPPA_E2E_KUEUE", "")
+    if not _installed(cluster):
+        if mode == "installed":
+            pytest.fail("the kind bed was to install Kueue but its deployment is missing (see the bed's cluster.log)")
+        if mode != "release":
+            pytest.skip("Kueue is not installed in this cluster: the kind bed installs it from "
+                        "../shared/vendor-src; elsewhere set GRAPPA_E2E_KUEUE=release (internet)")
+        _install_release(cluster)
+    cluster.kubectl("rollout", "status", f"deployment/{KUEUE_DEPLOY}", "-n", KUEUE_NS,
+                    f"--timeout={int(h.scaled(240))}s", timeout=h.scaled(260))
+
+
+@pytest.fixture
+def pool_node(cluster: Cluster) -> Iterator[str]:
+    """One node labelled for the test's ResourceFlavor (the label is removed afterwards)."""
+    nodes = cluster.kubectl_json("get", "nodes")["items"]
+    ready = [n["metadata"]["name"] for n in nodes
+             if not any(t.get("effect") == "NoSchedule" for t in n["spec"].get("taints") or [])] \
+        or [nodes[0]["metadata"]["name"]]
+    node = ready[0]
+    cluster.kubectl("label", "node", node, f"{POOL_LABEL}=kueue", "--overwrite")
+    yield node
+    cluster.kubectl("label", "node", node, f"{POOL_LABEL}-", check=False)
+
+
+def _queues(cluster: Cluster, ns: str, cpu: str) -> tuple[str, str]:
+    """A ResourceFlavor for the pool, a ClusterQueue with `cpu` of quota for this namespace only,
+    and a LocalQueue: (flavor, local queue)."""
+    suffix = uuid.uuid4().hex[:6]
+    flavor, cq, lq = f"grappa-e2e-{suffix}", f"grappa-e2e-{suffix}", "grappa"
+    objs: list[dict[str, Any]] = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor},
+         "spec": {"nodeLabels": {POOL_LABEL: "kueue"}}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                  "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                      {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                                     {"name": "memory", "nominalQuota": "8Gi"}]}]}]}},
+    ]
+    for obj in objs:
+        cluster.apply(json.dumps(obj))
+    cluster.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                              "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": cq}}), ns)
+    return flavor, lq
+
+
+def _delete_queues(cluster: Cluster, ns: str, flavor: str) -> None:
+    cluster.kubectl("delete", "localqueue", "--all", "-n", ns, "--wait=false", check=False)
+    cluster.kubectl("delete", "clusterqueue", flavor, "--wait=false", check=False)
+    cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
+
+
+def _queued_job(name: str, queue: str) -> dict[str, Any]:
+    # 3 pods x 100m: one job fits the 500m ClusterQueue, two do not.
+    job = h.job_manifest(name, epochs=3, rounds_every=2, partitions=2)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    return job
+
+
+def _workload(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
+    return cluster.kubectl_json("get", "workloads.kueue.x-k8s.io", f"grappajob-{job}", "-n", ns)
+
+
+def test_second_job_waits_for_the_first_then_both_succeed(
+        cluster: Cluster, release: h.Release, namespace: str, kueue: None, pool_node: str) -> None:
+    flavor, queue = _queues(cluster, namespace, cpu="500m")
+    try:
+        cluster.apply(json.dumps(h.storage_claim()), namespace)
+        h.apply_file(cluster, namespace, _queued_job("first", queue))
+        h.wait_job(cluster, namespace, "first", lambda j: h.phase(j) in ("Preparing", "Running"),
+                   "first admitted", rel=release, timeout=h.scaled(120))
+        h.apply_file(cluster, namespace, _queued_job("second", queue))
+
+        # While the first trains, the second is Queued: a Workload pending, no pod, no deadline.
+        second = h.wait_job(cluster, namespace, "second", lambda j: h.phase(j) == "Queued",
+                            "second Queued", rel=release, timeout=h.scaled(60))
+        first_done: dict[str, Any] | None = None
+        while first_done is None:
+            first = h.get_job(cluster, namespace, "first") or {}
+            if h.phase(first) == "Succeeded":
+                first_done = first
+                break
+            assert h.phase(first) != "Failed", h.diagnostics(cluster, namespace, "first", release)
+            second = h.get_job(cluster, namespace, "second") or {}
+            assert h.phase(second) == "Queued", (
+                "the second job left the queue while the first still held the quota"
+                + h.diagnostics(cluster, namespace, "second", release))
+            assert not h.job_pods(cluster, namespace, "second"), "a queued job has pods"
+            time.sleep(1)
+        st2 = second["status"]
+        assert st2["reason"] == "WaitingForAdmission" and queue in st2["message"], st2
+        assert st2["queue"] == {"localQueue": queue, "workload": "grappajob-second", "admitted": False}, st2
+
+        second = h.wait_job(cluster, namespace, "second", lambda j: h.phase(j) == "Succeeded",
+                            "second Succeeded after the first", rel=release)
+    finally:
+        _delete_queues(cluster, namespace, flavor)
+
+    # The second job's pods were created only after the first had finished.
+    done = first_done["status"]["completionTime"]
+    created = min(p["metadata"]["creationTimestamp"] for p in h.job_pods(cluster, namespace, "second"))
+    assert created >= done, (created, done)
+    for name, job in (("first", first_done), ("second", second)):
+        st = job["status"]
+        assert st["queue"]["admitted"] and st["queue"]["clusterQueue"] == flavor, st
+        assert h.progress(job)["epoch"] == 3, st
+        assert h.conditions(job)["Queued"]["status"] == "False"
+        # The flavor's node placement is on every pod, and the pods ran on that node.
+        for pod in h.job_pods(cluster, namespace, name):
+            assert pod["spec"]["nodeSelector"].get(POOL_LABEL) == "kueue", pod["spec"]
+            assert pod["spec"]["nodeName"] == pool_node
+        wl = _workload(cluster, namespace, name)
+        finished = {c["type"]: c for c in wl["status"]["conditions"]}["Finished"]
+        assert finished["status"] == "True" and finished["reason"] == "Succeeded", wl["status"]
+        assert [c["name"] for c in wl["spec"]["podSets"]] == ["aggregator", "workers"]
+        assert [c["count"] for c in wl["spec"]["podSets"]] == [1, 2]
+    reasons = [e["reason"] for e in h.events(cluster, namespace, "GrappaJob", "second")]
+    assert "Admitted" in reasons and reasons.index("Admitted") < reasons.index("Succeeded"), reasons
