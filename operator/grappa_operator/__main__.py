@@ -19,7 +19,7 @@ def parse_args(argv: list[str] | None = None) -> s.OperatorSettings:
     p.add_argument("--health-port", type=int, default=env.health_port,
                    help="liveness port serving /healthz (default $GRAPPA_HEALTH_PORT or 8081)")
     p.add_argument("--bind-address", default=env.bind_address,
-                   help="address of both servers (default $POD_IP, else 0.0.0.0)")
+                   help="address of both servers (default $GRAPPA_BIND_ADDRESS, else 0.0.0.0)")
     p.add_argument("--resync-seconds", type=float, default=env.resync_seconds,
                    help="period of the deadline/TTL resync (default 5)")
     a = p.parse_args(argv)

@@ -81,6 +81,8 @@ class OperatorSettings:
             namespaces=ns,
             metrics_port=_env_int("GRAPPA_METRICS_PORT", 8080),
             health_port=_env_int("GRAPPA_HEALTH_PORT", 8081),
-            bind_address=os.environ.get("POD_IP") or "0.0.0.0",
+            # All interfaces: `kubectl port-forward` connects to 127.0.0.1 inside the pod, which a
+            # server bound to the pod IP refuses; the pod network exposes nothing else anyway.
+            bind_address=os.environ.get("GRAPPA_BIND_ADDRESS", "").strip() or "0.0.0.0",
             resync_seconds=float(os.environ.get("GRAPPA_RESYNC_SECONDS", "") or 5.0),
         )

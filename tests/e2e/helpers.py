@@ -603,12 +603,16 @@ class Prometheus:
         return out
 
     # -- targets ---------------------------------------------------------------------------------
-    def _target(self, pod: dict[str, Any], port: int) -> dict[str, Any] | None:
+    def _target(self, pod: dict[str, Any], port: int, pod_labels: bool = False) -> dict[str, Any] | None:
         meta, ip = pod["metadata"], pod["status"].get("podIP")
         if not ip or pod["status"].get("phase") != "Running" or meta.get("deletionTimestamp"):
             return None
         labels = {"namespace_pod": f"{meta['namespace']}/{meta['name']}",
                   "__metrics_path__": f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}:{port}/proxy/metrics"}
+        if pod_labels:
+            # What the Prometheus Operator's PodMonitor attaches (the trainers' own series have no
+            # `namespace`; the dashboards filter them by it).
+            labels.update(namespace=meta["namespace"], pod=meta["name"])
         return {"targets": [self.apiserver], "labels": labels}
 
     @staticmethod
@@ -631,7 +635,7 @@ class Prometheus:
             "app.kubernetes.io/managed-by=grappa-operator,grappa.dev/role in (aggregator,worker)")["items"]
         for p in trainers:
             port = self._metrics_port(p)
-            t = self._target(p, port) if port else None
+            t = self._target(p, port, pod_labels=True) if port else None
             if t:
                 groups["trainers"].append(t)
         assert self.root is not None

@@ -102,7 +102,10 @@ def _id(i: int, fname: str, title: str) -> str:
 @pytest.mark.parametrize("fname,title,expr", QUERIES, ids=[_id(i, f, t) for i, (f, t, _) in enumerate(QUERIES)])
 def test_dashboard_expression_returns_data(cluster: Cluster, prom: h.Prometheus, happy: h.JobRun,
                                            failed_job: tuple[str, str], fname: str, title: str, expr: str) -> None:
-    values = {"namespace": happy.namespace, "job": happy.name, "__rate_interval": "1m",
+    # The dashboards' $namespace/$job are regex matchers (multi-value): select both the happy job
+    # and the failed one, as a user picking the two in Grafana would.
+    fns, fname_job = failed_job
+    values = {"namespace": f"({happy.namespace}|{fns})", "job": f"({happy.name}|{fname_job})", "__rate_interval": "1m",
               "__interval": "15s", "__range": "5m", "datasource": "prometheus"}
     q = substitute(expr, values)
     end_deadline = time.monotonic() + h.scaled(30)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -82,7 +83,11 @@ def test_namespaced_render_uses_roles():
                   "metrics.podMonitor.enabled=true", "metrics.trainerPodMonitor.enabled=true")
     roles = [o for o in objs if o["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    cluster = [o for o in objs if o["kind"] == "ClusterRole"]
+    # The user-facing roles aggregated into admin/edit/view are bound by nobody but the cluster's
+    # own bindings of those roles (test_aggregated_user_roles); the operator's must stay read-only.
+    cluster = [o for o in objs if o["kind"] == "ClusterRole"
+               and not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in o["metadata"]["labels"])]
+    assert [o["metadata"]["name"] for o in cluster] == ["grappa-operator-discovery"]
     for cr in cluster:  # only read-only discovery stays cluster-wide
         for rule in cr["rules"]:
             assert set(rule["verbs"]) <= {"get", "list", "watch"}
@@ -90,3 +95,195 @@ def test_namespaced_render_uses_roles():
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GRAPPA_WATCH_NAMESPACES"] == "team-a,team-b"
     assert {o["kind"] for o in objs} >= {"ServiceMonitor", "PodMonitor"}
+
+
+def helm_fails(*args: str) -> str:
+    env = {**os.environ, "HELM_CACHE_HOME": str(HELM_HOME / "cache"),
+           "HELM_CONFIG_HOME": str(HELM_HOME / "config"), "HELM_DATA_HOME": str(HELM_HOME / "data")}
+    proc = subprocess.run([HELM, *args], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode != 0, f"helm {args} succeeded:\n{proc.stdout[:2000]}"
+    return proc.stderr
+
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+def _schema_paths(node: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, sub in node.get("properties", {}).items():
+        out.add(prefix + k)
+        out |= _schema_paths(sub, prefix + k + ".")
+    return out
+
+
+def _value_paths(node: dict, prefix: str = "", free: frozenset = frozenset()) -> set[str]:
+    out = set()
+    for k, v in node.items():
+        path = prefix + k
+        out.add(path)
+        if isinstance(v, dict) and path not in free:
+            out |= _value_paths(v, path + ".", free)
+    return out
+
+
+def test_schema_covers_every_value():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    # Maps of free keys (labels, Kubernetes objects passed through) are typed, not enumerated.
+    free = frozenset(p for p in _value_paths(values) if _lookup(SCHEMA, p).get("additionalProperties") is not False
+                     and "properties" not in _lookup(SCHEMA, p))
+    missing = _value_paths(values, free=free) - _schema_paths(SCHEMA)
+    assert not missing, f"values.yaml keys without a schema entry: {sorted(missing)}"
+    stale = {p for p in _schema_paths(SCHEMA) if p.count(".") < 2} - _value_paths(values)
+    assert not stale, f"schema entries no value in values.yaml has: {sorted(stale)}"
+    assert SCHEMA["additionalProperties"] is False
+
+
+def _lookup(schema: dict, path: str) -> dict:
+    node = schema
+    for part in path.split("."):
+        node = node.get("properties", {}).get(part, {})
+    return node
+
+
+@pytest.mark.parametrize("setting,named", [
+    ("metrics.prot=9090", "prot"),                    # a typo of a key
+    ("watchNamespace={a}", "watchNamespace"),          # a typo at the top level
+    ("metrics.port=abc", "/metrics/port"),            # a string where a port goes
+    ("metrics.port=70000", "/metrics/port"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("metrics.service.type=Headless", "/metrics/service/type"),
+    ("livenessProbe.periodSeconds=0", "/livenessProbe/periodSeconds"),
+    ("aggregateRoles.enabled=maybe", "/aggregateRoles/enabled"),
+    ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
+    ("watchNamespaces={Team_A}", "/watchNamespaces/0"),
+])
+def test_schema_refuses_bad_values_naming_them(setting, named):
+    err = helm_fails("template", "grappa", str(CHART), "--set", setting)
+    assert "schema" in err and named in err, err
+
+
+def test_defaults_and_documented_combinations_pass_the_schema():
+    render()
+    render("watchNamespaces={a,b}", "gangScheduling.volcano=true", "resources.limits.cpu=1",
+           "metrics.service.type=NodePort", "nameOverride=gx", "serviceAccount.create=false",
+           "serviceAccount.name=sa", "image.tag=1.2.3", "tolerations[0].operator=Exists")
+
+
+def test_kube_version_floor():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.30.0-0"
+    err = helm_fails("template", "grappa", str(CHART), "--kube-version", "1.29.9")
+    assert "kubeVersion" in err or "1.30" in err, err
+    render()  # helm's default version satisfies it
+    helm("template", "grappa", str(CHART), "--kube-version", "1.30.0")
+
+
+def names(objs: list[dict]) -> dict[str, str]:
+    return {f"{o['kind']}": o["metadata"]["name"] for o in objs if o["kind"] != "CustomResourceDefinition"}
+
+
+def test_default_names_are_unchanged():
+    # tests/e2e/helpers.py Release.fullname and existing installs rely on these.
+    for release, base in (("grappa", "grappa-operator"), ("my-grappa", "my-grappa-operator"),
+                          ("ops", "ops-grappa-operator")):
+        objs = render_release(release)
+        dep = next(o for o in objs if o["kind"] == "Deployment")
+        assert dep["metadata"]["name"] == base
+        svc = next(o for o in objs if o["kind"] == "Service")
+        assert svc["metadata"]["name"] == f"{base}-metrics"
+        assert dep["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "grappa"
+
+
+def render_release(release: str, *sets: str) -> list[dict]:
+    args = ["template", release, str(CHART), "--namespace", "grappa-system"]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*args)) if d]
+
+
+def _all_names(objs: list[dict]) -> list[str]:
+    out = [o["metadata"]["name"] for o in objs]
+    for o in objs:
+        for sub in o.get("subjects", []):
+            out.append(sub["name"])
+        if "roleRef" in o:
+            out.append(o["roleRef"]["name"])
+        spec = o.get("spec", {}).get("template", {}).get("spec", {})
+        if spec.get("serviceAccountName"):
+            out.append(spec["serviceAccountName"])
+    return out
+
+
+def test_name_overrides_are_used_everywhere():
+    objs = render_release("rel", "nameOverride=gx", "metrics.serviceMonitor.enabled=true",
+                          "metrics.podMonitor.enabled=true", "metrics.trainerPodMonitor.enabled=true")
+    for n in _all_names(objs):
+        assert n.startswith("rel-gx-operator"), n
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    assert dep["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "gx"
+    assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "gx"
+    for o in objs:
+        assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "gx", o["metadata"]
+    objs = render_release("rel", "fullnameOverride=ops", "watchNamespaces={a}")
+    for n in _all_names(objs):
+        assert n == "ops" or n.startswith("ops-"), n
+    svc = next(o for o in objs if o["kind"] == "Service")
+    assert svc["metadata"]["name"] == "ops-metrics"
+
+
+def test_long_names_stay_within_the_dns_label_limit():
+    objs = render_release("r", "fullnameOverride=" + "a" * 63)
+    svc = next(o for o in objs if o["kind"] == "Service")
+    assert len(svc["metadata"]["name"]) <= 63 and svc["metadata"]["name"].endswith("-metrics")
+    # Services are DNS labels (63); the other kinds are DNS subdomains (253).
+    assert all(len(o["metadata"]["name"]) <= 63 for o in objs if o["kind"] in ("Service", "Deployment"))
+    assert all(len(n) <= 253 for n in _all_names(objs))
+
+
+def test_aggregated_user_roles():
+    objs = render()
+    roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
+    edit, view = roles["grappa-operator-edit"], roles["grappa-operator-view"]
+    labels = edit["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-view" not in labels
+    assert edit["rules"] == [{"apiGroups": ["grappa.dev"], "resources": ["grappajobs"],
+                              "verbs": ["create", "update", "patch", "delete", "get", "list", "watch"]}]
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert set(view["metadata"]["labels"]) & {"rbac.authorization.k8s.io/aggregate-to-edit",
+                                              "rbac.authorization.k8s.io/aggregate-to-admin"} == set()
+    assert view["rules"] == [{"apiGroups": ["grappa.dev"], "resources": ["grappajobs", "grappajobs/status"],
+                              "verbs": ["get", "list", "watch"]}]
+    # Not bound to anything by the chart: the built-in roles' bindings grant them.
+    bound = {o["roleRef"]["name"] for o in objs if "roleRef" in o}
+    assert not bound & {"grappa-operator-edit", "grappa-operator-view"}
+    off = render("aggregateRoles.enabled=false")
+    assert not any(o["metadata"]["name"].endswith(("-edit", "-view")) for o in off)
+
+
+def render_notes(*sets: str) -> str:
+    """NOTES.txt as helm renders it after an install (helm template skips it): the same text
+    through `tpl` in a copy of the chart."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        copy = Path(d) / "grappa"
+        shutil.copytree(CHART, copy)
+        shutil.copy(copy / "templates" / "NOTES.txt", copy / "notes.src")
+        (copy / "templates" / "notes-rendered.yaml").write_text(
+            'notes: {{ tpl (.Files.Get "notes.src") . | toJson }}\n')
+        args = ["template", "rel", str(copy), "-n", "ops", "--show-only", "templates/notes-rendered.yaml"]
+        for s in sets:
+            args += ["--set", s]
+        return yaml.safe_load(helm(*args))["notes"]
+
+
+def test_notes_work_without_the_repository():
+    notes = render_notes()
+    # A packaged chart has no repository checkout: no repo paths, only commands that work anywhere.
+    for repo_path in ("manifests/", "charts/", "docs/", "examples/", "hack/", ".md"):
+        assert repo_path not in notes, (repo_path, notes)
+    assert "kubectl -n ops logs deploy/rel-grappa-operator" in notes
+    assert "port-forward svc/rel-grappa-operator-metrics 8080" in notes
+    assert "--server-side" in notes and "crds/" in notes
+    assert "port-forward" not in render_notes("metrics.service.enabled=false")

@@ -75,7 +75,20 @@ def test_dashboards_are_grafana_json_with_queries():
         dash = json.loads(p.read_text())
         assert dash["uid"] and dash["panels"]
         exprs = [t["expr"] for panel in dash["panels"] for t in panel["targets"]]
-        assert exprs and all("$" not in e for e in exprs), "queries must evaluate without template variables"
+        variables = {v["name"]: v for v in dash["templating"]["list"]}
+        assert {"namespace", "job"} <= set(variables), p.name
+        for name in ("namespace", "job"):  # "All" must match every series, also with no selection
+            assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
+            assert "grappa_operator_job_phase" in variables[name]["query"]["query"]
+        assert exprs
+        for e in exprs:
+            assert set(re.findall(r"\$(\w+)", e)) <= {"namespace", "job"}, e
+            # Every per-job series (operator job gauges; trainer series, whose `namespace` comes from
+            # the scrape) is filtered by both variables, always as a regex (multi-value and All).
+            for m in re.finditer(r"\b(grappa_(?:operator_job|trainer)_\w+)(\{[^}]*\})?", e):
+                if m.group(1) == "grappa_operator_job_restarts_total":  # by reason only
+                    continue
+                assert 'namespace=~"$namespace"' in (m.group(2) or "") and 'job=~"$job"' in (m.group(2) or ""), e
 
 
 def _used_metrics() -> set[str]:

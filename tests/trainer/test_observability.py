@@ -35,6 +35,26 @@ def test_metrics_are_served_with_project_names():
     assert "grappa_trainer_step_seconds_bucket" in body
 
 
+def test_metrics_bind_all_interfaces_in_a_pod(monkeypatch):
+    # port-forward connects to 127.0.0.1 inside the pod: a server on $POD_IP only would refuse it.
+    monkeypatch.setenv("POD_IP", "10.1.2.3")
+    monkeypatch.delenv("GRAPPA_BIND_ADDRESS", raising=False)
+    m = TrainerMetrics(rank=1, job="pf")
+    port = free_port()
+    m.serve(port)
+    m.loss.set(0.5)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'grappa_trainer_loss{job="pf",rank="1"} 0.5' in body
+
+
+def test_metrics_bind_address_override(monkeypatch):
+    seen = {}
+    monkeypatch.setattr("grappa.metrics.start_http_server", lambda port, addr, registry: seen.update(addr=addr))
+    monkeypatch.setenv("GRAPPA_BIND_ADDRESS", "127.0.0.7")
+    TrainerMetrics(rank=0).serve(1)
+    assert seen["addr"] == "127.0.0.7"
+
+
 def test_metrics_port_per_rank(monkeypatch):
     monkeypatch.delenv("POD_IP", raising=False)
     assert metrics_port_for(9400, 2) == 9402 and metrics_port_for(0, 2) == 0

@@ -55,8 +55,9 @@ class TrainerMetrics:
                     self._published[(direction, kind)] = total
 
     def serve(self, port: int, addr: Optional[str] = None) -> None:
-        start_http_server(port, addr=addr or os.environ.get("POD_IP") or "0.0.0.0",
-                          registry=self.registry)
+        # All interfaces by default, not $POD_IP: `kubectl port-forward` reaches the pod on 127.0.0.1.
+        addr = addr or os.environ.get("GRAPPA_BIND_ADDRESS", "").strip() or "0.0.0.0"
+        start_http_server(port, addr=addr, registry=self.registry)
 
 
 def metrics_port_for(base_port: int, rank: int) -> int:

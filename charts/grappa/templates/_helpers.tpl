@@ -1,11 +1,28 @@
-{{- define "grappa.name" -}}grappa{{- end -}}
+{{/* nameOverride replaces "grappa" in names and the app.kubernetes.io/name label. */}}
+{{- define "grappa.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 
+{{/* Base of every object name; fullnameOverride replaces it whole. Defaults as before the
+     overrides existed (tests/e2e/helpers.py Release.fullname mirrors them). */}}
 {{- define "grappa.fullname" -}}
-{{- if contains "grappa" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "grappa.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-grappa-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s-operator" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* fullname plus a suffix, still within the 63-character name limit. */}}
+{{- define "grappa.suffixed" -}}
+{{- $full := include "grappa.fullname" (index . 0) -}}
+{{- $suffix := index . 1 -}}
+{{- printf "%s-%s" ($full | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix -}}
 {{- end -}}
 
 {{- define "grappa.labels" -}}
