@@ -290,7 +290,7 @@ class GrappaJobSpec(Section):
 
 Phase = Literal["Queued", "Pending", "Preparing", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
-CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+CONDITION_TYPES = ("Created", "Queued", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
 
 class Condition(Section):

@@ -182,3 +182,99 @@ def test_prepare_workers_follow_the_prepare_pods_cpu_budget(job, cpu, workers, w
     assert cfg["prepare"].get("workers") == want
     others = json.loads(env_of(desired.group_pods(job, spec, 0)[1])["GRAPPA_CONFIG"])
     assert others["prepare"].get("workers") == workers  # only the prepare pod's config changes
+
+
+# ---- Kueue: the Workload and the admission's placement ------------------------------------------
+
+from grappa_operator import kueue  # noqa: E402
+
+QJOB = desired.JobRef("job", "ns", "0123456789abcdef", "lq")
+
+
+def test_job_ref_reads_the_queue_label():
+    body = {"metadata": {"name": "j", "namespace": "ns", "uid": "u", "labels": {kueue.QUEUE_LABEL: "lq"}}}
+    assert desired.JobRef.from_body(body) == desired.JobRef("j", "ns", "u", "lq")
+    body["metadata"]["labels"][kueue.QUEUE_LABEL] = ""
+    assert desired.JobRef.from_body(body).queue is None
+    assert desired.JobRef.from_body({"metadata": {"name": "j"}}).queue is None
+
+
+def test_workload_has_the_aggregator_and_the_workers_as_pod_sets():
+    spec = make_spec(partitions=3,
+                     aggregator={"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                     worker={"resources": {"requests": {"cpu": 2}, "limits": {"memory": "4Gi"}},
+                             "nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "k", "operator": "Exists"}],
+                             "priorityClassName": "batch"})
+    wl = desired.workload(QJOB, spec)
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta2" and wl["kind"] == "Workload"
+    meta = wl["metadata"]
+    assert meta["name"] == "grappajob-job" and meta["namespace"] == "ns"
+    assert meta["labels"] == {s.LABEL_JOB: "job", s.LABEL_MANAGED_BY: s.MANAGED_BY, "app.kubernetes.io/name": "grappa"}
+    assert meta["ownerReferences"] == [{"apiVersion": "grappa.dev/v1alpha1", "kind": "GrappaJob", "name": "job",
+                                        "uid": "0123456789abcdef", "controller": True, "blockOwnerDeletion": True}]
+    body = wl["spec"]
+    assert body["queueName"] == "lq" and "priority" not in body and "priorityClassRef" not in body
+    agg, workers = body["podSets"]
+    assert (agg["name"], agg["count"], workers["name"], workers["count"]) == ("aggregator", 1, "workers", 3)
+    assert set(kueue.POD_SETS) == {agg["name"], workers["name"]}
+    a, w = agg["template"]["spec"], workers["template"]["spec"]
+    assert a["containers"] == [{"name": s.CONTAINER_NAME, "image": spec.aggregator.image,
+                                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+    assert w["containers"][0]["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "4Gi"}}
+    assert w["nodeSelector"] == {"pool": "cpu"} and w["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    assert w["priorityClassName"] == "batch" and w["restartPolicy"] == "Never"
+    assert "nodeSelector" not in a and "tolerations" not in a and "priorityClassName" not in a
+    # only what Kueue counts and places: no env, volumes or security context
+    assert set(a) == {"restartPolicy", "containers"}
+    with pytest.raises(AssertionError):
+        desired.workload(desired.JobRef("job", "ns", "u"), spec)  # no queue, no Workload
+
+
+def test_workload_priority_fields():
+    pc = kueue.Priority("kueue.x-k8s.io", "WorkloadPriorityClass", "high", 1000)
+    body = desired.workload(QJOB, make_spec(), pc)["spec"]
+    assert body["priorityClassRef"] == {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}
+    assert body["priority"] == 1000
+    pod_pc = desired.workload(QJOB, make_spec(), kueue.Priority("scheduling.k8s.io", "PriorityClass", "p", -5))
+    assert pod_pc["spec"]["priorityClassRef"]["kind"] == "PriorityClass" and pod_pc["spec"]["priority"] == -5
+
+
+SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_placement_overrides_the_selector_and_adds_tolerations_once():
+    spec = make_spec(worker={"nodeSelector": {"pool": "cpu", "disk": "ssd"},
+                             "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"},
+                                             {"key": "k", "operator": "Equal", "value": "v"}]})
+    place = {s.ROLE_WORKER: kueue.Placement({"pool": "spot", "zone": "a"},
+                                            (SPOT, {"key": "gpu", "operator": "Exists"})),
+             s.ROLE_AGGREGATOR: kueue.Placement({"pool": "on-demand"}, ())}
+    agg, w1, w2 = desired.group_pods(QJOB, spec, 1, place)
+    for w in (w1, w2):
+        assert w["spec"]["nodeSelector"] == {"pool": "spot", "disk": "ssd", "zone": "a"}
+        assert w["spec"]["tolerations"] == [SPOT, {"key": "k", "operator": "Equal", "value": "v"},
+                                            {"key": "gpu", "operator": "Exists"}]
+    assert agg["spec"]["nodeSelector"] == {"pool": "on-demand"} and "tolerations" not in agg["spec"]
+    # the prepare pod runs in the aggregator's admitted share
+    prep = desired.prepare_pod(QJOB, spec, 1, place)
+    assert prep["spec"]["nodeSelector"] == {"pool": "on-demand"} and "tolerations" not in prep["spec"]
+    only_workers = desired.prepare_pod(QJOB, spec, 1, {s.ROLE_WORKER: place[s.ROLE_WORKER]})
+    assert "nodeSelector" not in only_workers["spec"]
+    # without a placement the pods are exactly what they were
+    assert desired.group_pods(QJOB, spec, 1, {}) == desired.group_pods(QJOB, spec, 1)
+    assert desired.prepare_pod(QJOB, spec, 0, None) == desired.prepare_pod(QJOB, spec, 0)
+
+
+def test_placement_does_not_change_the_workload_templates():
+    """Kueue computes placement from the templates; the pods get the flavors' labels on admission."""
+    spec = make_spec(worker={"nodeSelector": {"pool": "cpu"}})
+    w = desired.workload(QJOB, spec)["spec"]["podSets"][1]["template"]["spec"]
+    assert w["nodeSelector"] == {"pool": "cpu"}
+
+
+def test_artifacts_live_in_the_run_directory():
+    rd = desired.run_dir(QJOB, make_spec())
+    assert rd == "/grappa/ns/job/01234567"
+    assert desired.artifacts(rd) == {"model": rd + "/model.pt", "report": rd + "/report.json",
+                                     "plot": rd + "/training.png", "checkpoints": rd + "/checkpoints",
+                                     "logs": rd + "/logs"}

@@ -22,6 +22,11 @@ class FakeKube:
         self.log: list[str] = []
         self.refuse_podgroup = False
         self.refuse: dict[str, Exception] = {}  # object name -> what its create raises
+        # Kueue: Workloads by name, cluster objects by (group, plural, name), patches sent
+        self.workloads: dict[str, dict[str, Any]] = {}
+        self.cluster: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.workload_patches: list[tuple[str, dict[str, Any], bool]] = []
+        self.graceful = False  # deleted pods linger (deletionTimestamp) until the test removes them
 
     def get_job(self, ns, name):
         return copy.deepcopy(self.job) if self.job else None
@@ -40,7 +45,7 @@ class FakeKube:
 
     def create(self, obj):
         self.log.append(f"create {obj['kind']} {obj['metadata']['name']}")
-        if obj["metadata"]["name"] in self.refuse and obj["kind"] == "Pod":
+        if obj["metadata"]["name"] in self.refuse and obj["kind"] in ("Pod", "Workload"):
             raise self.refuse[obj["metadata"]["name"]]
         if obj["kind"] == "PodGroup" and self.refuse_podgroup:
             raise SpecError("GangSchedulerMissing", "spec.schedulingPolicy.provider: no PodGroup API")
@@ -52,6 +57,11 @@ class FakeKube:
             pod["status"] = {"phase": "Pending"}
             self.pods[obj["metadata"]["name"]] = pod
             return True
+        if obj["kind"] == "Workload":
+            if obj["metadata"]["name"] in self.workloads:
+                return False
+            self.workloads[obj["metadata"]["name"]] = {**copy.deepcopy(obj), "status": {}}
+            return True
         key = (obj["kind"], obj["metadata"]["name"])
         created = key not in self.others
         self.others.setdefault(key, obj)
@@ -59,7 +69,30 @@ class FakeKube:
 
     def delete_pod(self, ns, name):
         self.log.append(f"delete {name}")
-        self.pods.pop(name, None)
+        if self.graceful and name in self.pods:
+            self.pods[name]["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+        else:
+            self.pods.pop(name, None)
+
+    def get_workload(self, ns, name):
+        wl = self.workloads.get(name)
+        return copy.deepcopy(wl) if wl is not None else None
+
+    def get_cluster_object(self, group, version, plural, name):
+        obj = self.cluster.get((group, plural, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def patch_workload(self, ns, name, patch, status=False):
+        part = "status" if status else "spec"
+        self.log.append(f"patch_workload {part}")
+        self.workload_patches.append((name, copy.deepcopy(patch), status))
+        assert list(patch) == [part], patch  # the status subresource takes status only, and vice versa
+        target = self.workloads[name].setdefault(part, {})
+        for k, v in patch[part].items():
+            if v is None:
+                target.pop(k, None)
+            else:
+                target[k] = copy.deepcopy(v)
 
     def post_event(self, body, type_, reason, message, ts):
         self.events.append((type_, reason, message))
@@ -235,3 +268,207 @@ def test_quota_that_frees_up_clears_the_wait(fake):
     run(kube)
     st = kube.job["status"]
     assert "blockedSince" not in st and st["reason"] == "Preparing" and list(kube.pods) == ["demo-prepare"]
+
+
+# ---- Kueue through the glue -------------------------------------------------------------------
+
+QUEUE_LABEL, PRIORITY_LABEL = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
+WL = "grappajob-demo"
+SPOT_TOL = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+FLAVORS = {("kueue.x-k8s.io", "resourceflavors", "on-demand"): {"spec": {"nodeLabels": {"pool": "on-demand"}}},
+           ("kueue.x-k8s.io", "resourceflavors", "spot"): {"spec": {"nodeLabels": {"pool": "spot"},
+                                                                     "tolerations": [SPOT_TOL]}}}
+
+
+def queued_job(labels=None, **spec):
+    job = make_job(**spec)
+    job["metadata"]["labels"] = {QUEUE_LABEL: "lq", **(labels or {})}
+    return job
+
+
+def strict(kube):
+    """One reconcile that lets any error escape (reconcile() only logs it)."""
+    asyncio.run(handlers._reconcile("ns", "demo"))
+
+
+def kcond(type_, status="True", reason="", message=""):
+    return {"type": type_, "status": status, "reason": reason or type_, "message": message,
+            "lastTransitionTime": "2030-01-01T00:00:00Z"}
+
+
+def admit(kube):
+    kube.workloads[WL]["status"] = {
+        "conditions": [kcond("QuotaReserved"), kcond("Admitted")],
+        "admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": "aggregator", "count": 1, "flavors": {"cpu": "on-demand"}},
+            {"name": "workers", "count": 2, "flavors": {"cpu": "spot"}}]}}
+
+
+def evict(kube, reason="Preempted"):
+    kube.workloads[WL]["status"]["conditions"].append(kcond("Evicted", reason=reason, message="to make room"))
+
+
+def conds(wl):
+    return {c["type"]: c for c in wl["status"].get("conditions", [])}
+
+
+def test_queued_lifecycle_through_the_glue(fake):
+    kube = fake(queued_job())
+    kube.cluster.update(FLAVORS)
+    strict(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Queued" and st["reason"] == "WaitingForAdmission"
+    # durable status first; the Workload is the only object of a queued job
+    assert kube.log == ["patch_status", f"create Workload {WL}"]
+    assert not kube.pods and not kube.others and list(kube.workloads) == [WL]
+    spec = kube.workloads[WL]["spec"]
+    assert spec["queueName"] == "lq" and [(p["name"], p["count"]) for p in spec["podSets"]] == [
+        ("aggregator", 1), ("workers", 2)]
+    assert kube.workloads[WL]["metadata"]["ownerReferences"][0]["uid"] == "uid-1234-5678"
+    assert [(t, r) for t, r, _ in kube.events] == [("Normal", "Created"), ("Normal", "WaitingForAdmission")]
+    kube.log.clear()
+    strict(kube)  # Kueue has not answered yet: nothing new
+    assert not [x for x in kube.log if x.startswith("create")] and len(kube.events) == 2
+    # admitted: the supporting objects, then the prepare pod on the aggregator's flavor
+    admit(kube)
+    strict(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Preparing" and st["queue"] == {"localQueue": "lq", "workload": WL,
+                                                          "clusterQueue": "cq", "admitted": True}
+    assert {"Service", "ServiceAccount", "Role", "RoleBinding"} <= {k for k, _ in kube.others}
+    assert list(kube.pods) == ["demo-prepare"]
+    assert kube.pods["demo-prepare"]["spec"]["nodeSelector"] == {"pool": "on-demand"}
+    assert kube.events[-1][:2] == ("Normal", "Admitted")
+    kube.set_phase("demo-prepare", "Succeeded", 0)
+    strict(kube)
+    agg, w1 = kube.pods["demo-aggregator"]["spec"], kube.pods["demo-worker-1"]["spec"]
+    assert agg["nodeSelector"] == {"pool": "on-demand"} and "tolerations" not in agg
+    assert w1["nodeSelector"] == {"pool": "spot"} and w1["tolerations"] == [SPOT_TOL]
+    for n in ("demo-aggregator", "demo-worker-1", "demo-worker-2"):
+        kube.set_phase(n, "Running")
+    strict(kube)
+    assert kube.job["status"]["phase"] == "Running" and not kube.workload_patches
+    # preempted: pods deleted after the status is written, the admission kept until they are gone
+    evict(kube)
+    kube.graceful = True
+    kube.log.clear()
+    strict(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Queued" and st["reason"] == "Preempted" and st["restarts"] == 0
+    assert kube.log[0] == "patch_status" and sorted(kube.log[1:]) == [
+        "delete demo-aggregator", "delete demo-worker-1", "delete demo-worker-2"]
+    assert not kube.workload_patches and kube.events[-1][:2] == ("Warning", "Preempted")
+    strict(kube)  # still terminating: no release
+    assert not kube.workload_patches
+    for n in ("demo-aggregator", "demo-worker-1", "demo-worker-2"):
+        del kube.pods[n]
+    strict(kube)
+    assert [(n, s_) for n, _, s_ in kube.workload_patches] == [(WL, True)]
+    wl = kube.workloads[WL]
+    assert "admission" not in wl["status"]
+    assert conds(wl)["QuotaReserved"]["status"] == "False" and conds(wl)["Admitted"]["status"] == "False"
+    assert conds(wl)["Requeued"]["status"] == "True" and conds(wl)["Evicted"]["status"] == "True"
+    strict(kube)  # released once
+    assert len(kube.workload_patches) == 1 and kube.job["status"]["phase"] == "Queued"
+    # admitted again: the same attempt resumes, the store is not prepared again
+    admit(kube)
+    strict(kube)
+    assert sorted(kube.pods) == ["demo-aggregator", "demo-prepare", "demo-worker-1", "demo-worker-2"]
+    assert kube.pods["demo-worker-2"]["metadata"]["labels"][s.LABEL_ATTEMPT] == "0"
+    for n in ("demo-aggregator", "demo-worker-1", "demo-worker-2"):
+        kube.set_phase(n, "Running")
+    strict(kube)
+    kube.set_phase("demo-aggregator", "Succeeded", 0)
+    strict(kube)
+    assert kube.job["status"]["phase"] == "Succeeded"
+    name, patch, to_status = kube.workload_patches[-1]
+    assert to_status and len(kube.workload_patches) == 2
+    finished = conds(kube.workloads[WL])["Finished"]
+    assert (finished["status"], finished["reason"], finished["message"]) == ("True", "Succeeded", "training finished")
+    assert conds(kube.workloads[WL])["Admitted"]["status"] == "True"  # Kueue's conditions are kept
+    strict(kube)
+    assert len(kube.workload_patches) == 2  # Finished once
+    reasons = [r for _, r, _ in kube.events]
+    assert reasons.count("Admitted") == 2 and reasons[-1] == "Succeeded" and "PodFailed" not in reasons
+
+
+def test_failed_queued_job_marks_its_workload_failed(fake):
+    kube = fake(queued_job())
+    strict(kube)
+    admit(kube)
+    strict(kube)
+    kube.set_phase("demo-prepare", "Failed", 3, "grappa: error: dataset.path missing")
+    strict(kube)
+    assert kube.job["status"]["phase"] == "Failed"
+    assert conds(kube.workloads[WL])["Finished"]["reason"] == "Failed"
+    assert "dataset.path" in conds(kube.workloads[WL])["Finished"]["message"]
+
+
+def test_suspend_and_resume_set_the_workload_active(fake):
+    kube = fake(queued_job())
+    strict(kube)
+    admit(kube)
+    strict(kube)
+    kube.job["spec"]["runPolicy"] = {"suspend": True}
+    strict(kube)
+    assert kube.job["status"]["phase"] == "Suspended" and not kube.pods
+    assert kube.workload_patches == [(WL, {"spec": {"active": False}}, False)]
+    assert kube.workloads[WL]["spec"]["active"] is False
+    strict(kube)
+    assert len(kube.workload_patches) == 1
+    kube.job["spec"]["runPolicy"] = {"suspend": False}
+    strict(kube)
+    assert kube.workload_patches[-1] == (WL, {"spec": {"active": True}}, False)
+
+
+def test_priority_comes_from_the_workload_priority_class_label_first(fake):
+    kube = fake(queued_job({PRIORITY_LABEL: "high"}, aggregator={"priorityClassName": "pods-pc"}))
+    kube.cluster[("kueue.x-k8s.io", "workloadpriorityclasses", "high")] = {"value": 1000}
+    kube.cluster[("scheduling.k8s.io", "priorityclasses", "pods-pc")] = {"value": 7}
+    strict(kube)
+    spec = kube.workloads[WL]["spec"]
+    assert spec["priorityClassRef"] == {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}
+    assert spec["priority"] == 1000
+    pods_only = fake(queued_job(worker={"priorityClassName": "pods-pc"}))
+    pods_only.cluster[("scheduling.k8s.io", "priorityclasses", "pods-pc")] = {"value": 7}
+    strict(pods_only)
+    spec = pods_only.workloads[WL]["spec"]
+    assert spec["priorityClassRef"]["kind"] == "PriorityClass" and spec["priority"] == 7
+
+
+@pytest.mark.parametrize("labels,spec,field", [
+    ({PRIORITY_LABEL: "high"}, {}, f"metadata.labels[{PRIORITY_LABEL}]"),
+    ({}, {"aggregator": {"priorityClassName": "nope"}}, "priorityClassName"),
+])
+def test_missing_priority_class_fails_the_job(fake, labels, spec, field):
+    kube = fake(queued_job(labels, **spec))
+    strict(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Failed" and st["reason"] == "PriorityClassMissing"
+    assert field in st["message"] and "does not exist" in st["message"]
+    assert not kube.workloads and not kube.pods and not kube.others
+    assert kube.events[-1][:2] == ("Warning", "PriorityClassMissing")
+    strict(kube)  # terminal: not retried
+    assert kube.log.count(f"create Workload {WL}") == 0 and not kube.workloads
+
+
+def test_kueue_not_installed_fails_the_job(fake):
+    from kubernetes.client.rest import ApiException
+
+    from grappa_operator.kubeapi import refusal_error
+    kube = fake(queued_job())
+    err = ApiException(status=404, reason="Not Found")
+    err.body = '{"kind": "Status", "message": "the server could not find the requested resource"}'
+    kube.refuse[WL] = refusal_error({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                                     "metadata": {"name": WL}}, err)
+    strict(kube)
+    st = kube.job["status"]
+    assert st["phase"] == "Failed" and st["reason"] == "KueueMissing" and QUEUE_LABEL in st["message"]
+    assert not kube.pods and not kube.others and kube.events[-1][:2] == ("Warning", "KueueMissing")
+
+
+def test_a_job_without_the_label_never_reads_kueue(fake, monkeypatch):
+    kube = fake(make_job())
+    monkeypatch.setattr(kube, "get_workload", lambda *a: pytest.fail("read a Workload"))
+    strict(kube)
+    assert kube.job["status"]["phase"] == "Preparing" and not kube.workloads and "queue" not in kube.job["status"]

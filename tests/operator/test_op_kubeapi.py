@@ -137,3 +137,42 @@ def test_refusals_over_http(kube):
         Recorder.reply = {path: (code, {"message": "later"})}
         with pytest.raises(kubernetes.client.rest.ApiException):
             kube.create(pod)
+
+
+def test_kueue_workloads_and_cluster_objects(kube):
+    base = "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads"
+    Recorder.reply = {("GET", base + "/grappajob-demo"): (200, {"metadata": {"name": "grappajob-demo"}}),
+                      ("GET", base + "/gone"): (404, {}),
+                      ("GET", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/spot"): (200, {"spec": {"nodeLabels": {"a": "b"}}}),
+                      ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses/nope"): (404, {})}
+    assert kube.get_workload("ns", "grappajob-demo")["metadata"]["name"] == "grappajob-demo"
+    assert kube.get_workload("ns", "gone") is None
+    assert kube.get_cluster_object("kueue.x-k8s.io", "v1beta2", "resourceflavors", "spot") == {"spec": {"nodeLabels": {"a": "b"}}}
+    assert kube.get_cluster_object("scheduling.k8s.io", "v1", "priorityclasses", "nope") is None
+    Recorder.reply = {("GET", base + "/boom"): (500, {})}
+    with pytest.raises(kubernetes.client.rest.ApiException):
+        kube.get_workload("ns", "boom")
+    # the release patch goes to the status subresource, its null clears the admission
+    kube.patch_workload("ns", "grappajob-demo", {"status": {"conditions": [], "admission": None}}, True)
+    assert Recorder.calls[-1] == ("PATCH", base + "/grappajob-demo/status", "application/merge-patch+json",
+                                  {"status": {"conditions": [], "admission": None}})
+    kube.patch_workload("ns", "grappajob-demo", {"spec": {"active": False}})
+    assert Recorder.calls[-1] == ("PATCH", base + "/grappajob-demo", "application/merge-patch+json",
+                                  {"spec": {"active": False}})
+
+
+def test_workload_create_and_its_refusals(kube):
+    job = JobRef("demo", "ns", "u1", "lq")
+    wl = desired.workload(job, make_spec())
+    path = ("POST", "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads")
+    assert kube.create(wl) is True
+    assert Recorder.calls[-1][:2] == path and Recorder.calls[-1][3] == json.loads(json.dumps(wl))
+    Recorder.reply = {path: (409, {})}
+    assert kube.create(wl) is False
+    Recorder.reply = {path: (404, {"kind": "Status", "message": "the server could not find the requested resource"})}
+    with pytest.raises(SpecError) as info:
+        kube.create(wl)
+    assert info.value.reason == "KueueMissing" and "kueue.x-k8s.io/queue-name" in info.value.message
+    Recorder.reply = {path: (403, {"message": 'User "x" cannot create resource "workloads"'})}
+    with pytest.raises(SpecError, match="ClusterRole grants kueue.x-k8s.io workloads"):
+        kube.create(wl)

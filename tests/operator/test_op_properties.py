@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from grappa_operator import desired
 from grappa_operator import settings as s
-from grappa_operator.api import PHASES, parse_spec
+from grappa_operator.api import PHASES, GrappaJobStatus, parse_spec
 from grappa_operator.errors import SpecError
-from grappa_operator.status import STATE_CONDITIONS, PodObs, step
+from grappa_operator.kueue import WorkloadObs
+from grappa_operator.status import DISRUPTIONS, STATE_CONDITIONS, PodObs, step
 
 JOB = desired.JobRef("pj", "ns", "abcdef0123456789")
 
@@ -68,7 +69,37 @@ pods = st.lists(st.builds(
     deleting=st.booleans(),
     exit_code=st.one_of(st.none(), st.sampled_from([0, 1, 2, 3, 137])),
     message=st.text(max_size=10),
+    disruption=st.sampled_from(["", "", *DISRUPTIONS]),
 ), max_size=5)
+
+
+def _kcond(type_, status="True", reason=""):
+    return {"type": type_, "status": status, "reason": reason or type_, "message": f"{type_} {status}"}
+
+
+_ADMISSION = {"clusterQueue": "cq", "podSetAssignments": [
+    {"name": "aggregator", "flavors": {"cpu": "a"}}, {"name": "workers", "flavors": {"cpu": "b", "memory": "a"}}]}
+_FLAVORS = {"a": {"spec": {"nodeLabels": {"pool": "a"}}},
+            "b": {"spec": {"nodeLabels": {"pool": "b"}, "tolerations": [{"key": "b", "operator": "Exists"}]}}}
+# Kueue's answers: none yet, pending, admitted, evicted (holding or released quota), finished
+WORKLOAD_BODIES = {
+    "none": None,
+    "pending": {"spec": {"queueName": "lq"}, "status": {"conditions": [_kcond("QuotaReserved", "False", "Pending")]}},
+    "admitted": {"spec": {"queueName": "lq"}, "status": {
+        "conditions": [_kcond("QuotaReserved"), _kcond("Admitted")], "admission": _ADMISSION}},
+    "evicted": {"spec": {"queueName": "lq"}, "status": {
+        "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Evicted", reason="Preempted")],
+        "admission": _ADMISSION}},
+    "released": {"spec": {"queueName": "lq"}, "status": {
+        "conditions": [_kcond("QuotaReserved", "False"), _kcond("Evicted", reason="InactiveWorkload")]}},
+    "inactive": {"spec": {"queueName": "lq", "active": False}, "status": {
+        "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Evicted", reason="InactiveWorkload")],
+        "admission": _ADMISSION}},
+    "finished": {"spec": {"queueName": "lq"}, "status": {
+        "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Finished")], "admission": _ADMISSION}},
+}
+workloads = st.one_of(st.none(), st.sampled_from(sorted(WORKLOAD_BODIES)).map(
+    lambda k: WorkloadObs.from_workload("grappajob-pj", "lq", WORKLOAD_BODIES[k], _FLAVORS)))
 
 progress = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
     "epoch": st.one_of(st.integers(-1, 200), junk), "round": st.one_of(st.integers(-1, 5), junk),
@@ -85,22 +116,39 @@ def _checked_spec(raw):
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(raw=spec_dicts, observed=st.lists(pods, min_size=1, max_size=4), prog=progress,
-       seconds=st.lists(st.integers(0, 100_000), min_size=1, max_size=4))
-def test_reconcile_never_raises(raw, observed, prog, seconds):
+@given(raw=spec_dicts, observed=st.lists(st.tuples(pods, workloads), min_size=1, max_size=4), prog=progress,
+       seconds=st.lists(st.integers(0, 100_000), min_size=1, max_size=4), queued=st.booleans())
+def test_reconcile_never_raises(raw, observed, prog, seconds, queued):
+    """With or without Kueue (random Workload observations), every step ends in a valid state."""
     spec = _checked_spec(raw)
     status = None
-    for i, pod_set in enumerate(observed):
+    for i, (pod_set, wl) in enumerate(observed):
         now = T0 + timedelta(seconds=sorted(seconds)[min(i, len(seconds) - 1)])
         if status is not None and prog is not None:
             status = {**status, "progress": prog}
-        plan = step(JOB, spec, status, pod_set, now)
+        if queued and wl is None:
+            wl = WorkloadObs("grappajob-pj", "lq")  # a queued job always has an observation
+        plan = step(JOB, spec, status, pod_set, now, 1, wl if queued else None)
         status = plan.status
         assert status["phase"] in PHASES
         true = [c["type"] for c in status["conditions"] if c["status"] == "True" and c["type"] in STATE_CONDITIONS]
         assert len(true) <= 1 and (not true or true[0] == status["phase"])
+        # what the CRD's schema accepts (condition types too); progress is the aggregator's (junk here)
+        GrappaJobStatus.model_validate({k: v for k, v in status.items() if k != "progress"})
+        if queued:
+            pods_wanted = plan.create_group or plan.create_prepare or plan.create_supporting
+            assert not pods_wanted or (wl.admitted and not wl.evicted_reason)  # no pod before admission
+            assert not plan.create_workload or not wl.exists
+            assert not plan.release_workload or (wl.quota_reserved and not [
+                p for p in pod_set if not (p.role == s.ROLE_PREPARE and p.phase == "Succeeded")])
+            assert plan.finish_workload is None or (status["phase"] in ("Succeeded", "Failed") and not wl.finished)
+            if status["phase"] == "Queued":
+                assert status["queue"]["admitted"] is False
+        else:
+            assert not (plan.create_workload or plan.release_workload) and plan.finish_workload is None
+            assert plan.workload_active is None and status["phase"] != "Queued"
         if not isinstance(spec, SpecError):
-            assert status["restarts"] <= spec.run_policy.backoff_limit
+            assert status["restarts"] - status.get("disruptions", 0) <= spec.run_policy.backoff_limit
             if not isinstance(spec, SpecError) and plan.create_group:
                 try:
                     desired.check_runnable(JOB, spec)
@@ -140,8 +188,9 @@ refusal_bodies = st.one_of(st.none(), st.text(max_size=40), junk.map(json.dumps)
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.one_of(spec_dicts, junk), code=st.sampled_from([400, 403, 404, 409, 422, 429, 500, 503]),
-       body=refusal_bodies, victim=st.sampled_from(["Pod", "Service", "Role", "PodGroup", "none"]))
-def test_reconcile_of_any_spec_reports_every_refusal(raw, code, body, victim):
+       body=refusal_bodies, victim=st.sampled_from(["Pod", "Service", "Role", "PodGroup", "Workload", "none"]),
+       queue=st.one_of(st.none(), st.sampled_from(sorted(WORKLOAD_BODIES))))
+def test_reconcile_of_any_spec_reports_every_refusal(raw, code, body, victim, queue):
     """Through the glue: a reconcile ends in a valid phase with a reason, Failed ones with a
     message and a Warning Event; only a transient error (no user-facing meaning) escapes."""
     from kubernetes.client.rest import ApiException
@@ -154,6 +203,12 @@ def test_reconcile_of_any_spec_reports_every_refusal(raw, code, body, victim):
            "metadata": {"name": "pj", "namespace": "ns", "uid": "abcdef0123456789", "generation": 1,
                         "creationTimestamp": "2030-01-01T00:00:00Z"}, "spec": raw}
     kube = FakeKube(job)
+    if queue is not None:  # a queued job, with Kueue's answer so far
+        job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+        if WORKLOAD_BODIES[queue] is not None:
+            kube.workloads["grappajob-pj"] = {"metadata": {"name": "grappajob-pj", "namespace": "ns"},
+                                              **json.loads(json.dumps(WORKLOAD_BODIES[queue]))}
+        kube.cluster.update({("kueue.x-k8s.io", "resourceflavors", k): v for k, v in _FLAVORS.items()})
     plain_create = kube.create
 
     def create(obj):  # a fake server that refuses one kind, with the adapter's real meaning
@@ -180,6 +235,10 @@ def test_reconcile_of_any_spec_reports_every_refusal(raw, code, body, victim):
         assert status["message"] and kube.events[-1][0] == "Warning"
     if status.get("blockedSince"):
         assert status["reason"] == "QuotaExceeded" and status["phase"] != "Failed"
+    if queue is None:
+        assert not kube.workloads and not kube.workload_patches
+    elif status["phase"] == "Queued":
+        assert not kube.pods and "grappajob-pj" in kube.workloads or victim == "Workload"
 
 
 @settings(max_examples=200, deadline=None, database=None)

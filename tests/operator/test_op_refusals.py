@@ -95,3 +95,36 @@ def test_quantities():
     assert quantity("1e3") == 1000 and quantity("x") is None and quantity("3Zi") is None
     assert quota_never_fits("exceeded quota: q, requested: cpu=500m, used: cpu=0, limited: cpu=1") == ""
     assert quota_never_fits("something else") == ""
+
+
+WORKLOAD = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {
+    "name": "grappajob-demo", "labels": {s.LABEL_JOB: "demo"}}}
+
+
+def test_workload_api_missing_is_permanent_and_names_the_label():
+    r = classify(WORKLOAD, 404, status("the server could not find the requested resource", 404))
+    assert r is not None and r.permanent and r.reason == "KueueMissing"
+    assert r.message.startswith("metadata.labels[kueue.x-k8s.io/queue-name]: ")
+    assert "kueue.x-k8s.io/v1beta2 is not installed" in r.message
+    assert "GrappaJob.v1alpha1.grappa.dev" in r.message and "remove the label" in r.message
+    # a Pod's 404 is still transient
+    assert classify(WORKER, 404, status("not found", 404)) is None
+
+
+def test_workload_forbidden_names_the_charts_cluster_role():
+    msg = ('workloads.kueue.x-k8s.io is forbidden: User "system:serviceaccount:g:g" cannot create '
+           'resource "workloads" in API group "kueue.x-k8s.io" in the namespace "ns"')
+    r = classify(WORKLOAD, 403, status(msg, 403))
+    assert r.permanent and r.reason == "CreateRefused"
+    assert r.message.startswith("Workload grappajob-demo was refused (403): " + msg)
+    assert r.message.endswith("; the operator may not create Kueue Workloads: upgrade the chart (its "
+                              "ClusterRole grants kueue.x-k8s.io workloads) or remove the queue label")
+    assert "Least privilege" not in r.message
+
+
+def test_invalid_workload_is_permanent_without_a_pod_fix():
+    body = status("Workload.kueue.x-k8s.io \"grappajob-demo\" is invalid", 422,
+                  [{"field": "spec.podSets[1].count", "message": "must be greater than or equal to 1"}])
+    r = classify(WORKLOAD, 422, body)
+    assert r.permanent and r.reason == "InvalidChild" and "spec.podSets[1].count" in r.message
+    assert "fix spec." not in r.message
