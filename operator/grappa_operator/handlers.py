@@ -157,6 +157,8 @@ async def _read_workload(k: Kube, job: desired.JobRef) -> tuple[Optional[dict[st
 
 def _priority(k: Kube, body: dict[str, Any], spec: GrappaJobSpec) -> Optional[kueue.Priority]:
     """The Workload's priority, resolved as Kueue's own integrations do (the class's value)."""
+    pod_class_field = ("spec.aggregator.priorityClassName" if spec.aggregator.priority_class_name
+                       else "spec.worker.priorityClassName")
     source = kueue.priority_source((body.get("metadata") or {}).get("labels") or {},
                                    spec.aggregator.priority_class_name or spec.worker.priority_class_name)
     if source is None:
@@ -166,9 +168,9 @@ def _priority(k: Kube, body: dict[str, Any], spec: GrappaJobSpec) -> Optional[ku
                        else ("v1", "priorityclasses"))
     cls = k.get_cluster_object(group, version, plural, name)
     if cls is None:
-        raise SpecError("PriorityClassMissing", f"{kind} {name!r} (from "
-                        f"{'metadata.labels[' + kueue.PRIORITY_LABEL + ']' if group == kueue.GROUP else 'spec.*.priorityClassName'}) "
-                        f"does not exist: create it or fix the name")
+        where = f"metadata.labels[{kueue.PRIORITY_LABEL}]" if group == kueue.GROUP else pod_class_field
+        raise SpecError("PriorityClassMissing", f"{where}: {kind} {name!r} does not exist: create it "
+                        "or fix the name")
     return kueue.Priority(group, kind, name, int(cls.get("value") or 0))
 
 
@@ -183,7 +185,7 @@ async def _sync_workload(k: Kube, job: desired.JobRef, wl_body: dict[str, Any], 
                                 {"status": kueue.released_status(wl_body, t)}, True)
     if plan.workload_active is not None:
         await asyncio.to_thread(k.patch_workload, job.namespace, name,
-                                {"spec": {"active": plan.workload_active}})
+                                kueue.activation_patch(plan.workload_active))
 
 
 async def _announce(k: Kube, body: dict[str, Any], plan: Plan, t) -> None:

@@ -23,6 +23,9 @@ from .timeutil import iso
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # names a WorkloadPriorityClass
+# On a Workload the operator deactivated for spec.runPolicy.suspend: only such a Workload is
+# reactivated on resume (one Kueue deactivated itself, e.g. after too many requeues, stays so).
+SUSPENDED_LABEL = f"{s.GROUP}/suspended"
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 WORKLOADS = "workloads"
@@ -79,6 +82,7 @@ class WorkloadObs:
     pending_message: str = ""  # why it is not admitted yet (QuotaReserved=False)
     finished: bool = False
     active: bool = True
+    suspended_by_job: bool = False  # deactivated by the operator for the job's suspend
     placement: dict[str, Placement] = field(default_factory=dict)  # role -> placement
 
     @classmethod
@@ -105,6 +109,7 @@ class WorkloadObs:
             pending_message=str(pending.get("message") or "") if pending.get("status") != "True" else "",
             finished=true("Finished"),
             active=(wl.get("spec") or {}).get("active", True) is not False,
+            suspended_by_job=((wl.get("metadata") or {}).get("labels") or {}).get(SUSPENDED_LABEL) == "true",
             placement=placement(admission, flavors or {}),
         )
 
@@ -158,6 +163,16 @@ def _with(conds: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, An
         if c.get("type") == new["type"] and c.get("status") == new["status"]:
             new = {**new, "lastTransitionTime": c.get("lastTransitionTime", new["lastTransitionTime"])}
     return out + [new]
+
+
+def activation_patch(active: bool) -> dict[str, Any]:
+    """Deactivate a Workload for the job's suspend (Kueue evicts it and returns its quota), or
+    reactivate one the operator deactivated."""
+    return {"metadata": {"labels": {SUSPENDED_LABEL: None if active else "true"}}, "spec": {"active": active}}
+
+
+def is_deactivation(reason: str) -> bool:
+    return reason.startswith("Deactivated")  # Kueue: "Deactivated" or "DeactivatedDueTo<cause>"
 
 
 def finished_status(wl: dict[str, Any], succeeded: bool, message: str, now: datetime) -> dict[str, Any]:

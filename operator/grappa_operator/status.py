@@ -16,14 +16,14 @@ from . import settings as s
 from .api import GrappaJobSpec
 from .desired import JobRef, artifacts, check_runnable, pod_name, run_dir
 from .errors import CreateBlocked, SpecError
-from .kueue import WorkloadObs
+from .kueue import WorkloadObs, is_deactivation
 from .timeutil import iso, parse
 
 TERMINAL = ("Succeeded", "Failed")
 STATE_CONDITIONS = ("Queued", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 # Why Kubernetes stopped a pod that did nothing wrong (DisruptionTarget condition reasons; a
 # node-pressure eviction also sets status.reason "Evicted"): such a restart is not a failure.
-DISRUPTIONS = ("PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager",
+DISRUPTIONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager",
                "TerminationByKubelet", "DeletionByPodGC", "Evicted")
 
 
@@ -73,8 +73,9 @@ class PodObs:
             pending = f"{status.get('reason')}: {status.get('message', '')}"
         disruption = "Evicted" if status.get("reason") == "Evicted" else ""
         for cond in status.get("conditions") or []:
-            if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
-                disruption = cond.get("reason") or "DisruptionTarget"
+            if (cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
+                    and cond.get("reason") in DISRUPTIONS):
+                disruption = cond["reason"]
         return cls(
             name=meta.get("name", ""),
             role=lbls.get(s.LABEL_ROLE, ""),
@@ -86,7 +87,7 @@ class PodObs:
             exit_code=exit_code,
             message=message[-1000:],
             pending_reason=pending or "not started yet",
-            disruption=disruption if disruption in DISRUPTIONS else "",
+            disruption=disruption,
         )
 
 
@@ -404,6 +405,12 @@ def _queued(plan: Plan, wl: WorkloadObs, pods: list[PodObs], now: datetime) -> b
         _wait(plan, wl, "WaitingForAdmission", f"waiting for Kueue to admit the aggregator and "
               f"workers together in {where}", now)
         return True
+    if wl.evicted_reason and wl.suspended_by_job and is_deactivation(wl.evicted_reason):
+        # the job's own suspend, being undone: not an eviction to warn about
+        plan.release_workload = wl.quota_reserved and not _leftovers(pods)
+        _wait(plan, wl, "WaitingForAdmission", f"resumed: waiting for Kueue to admit the aggregator "
+              f"and workers together in {where}", now)
+        return True
     if wl.evicted_reason:
         _leftovers_delete(plan, pods)
         plan.release_workload = wl.quota_reserved and not _leftovers(pods)
@@ -448,8 +455,10 @@ def _sync_workload(plan: Plan, wl: WorkloadObs, pods: list[PodObs]) -> None:
             plan.finish_workload = st["phase"] == "Succeeded"
         return
     suspended = st.get("phase") == "Suspended"
-    if wl.active == suspended:
-        plan.workload_active = not suspended
+    if suspended and wl.active:
+        plan.workload_active = False
+    elif not suspended and not wl.active and wl.suspended_by_job:
+        plan.workload_active = True
     if suspended and wl.evicted_reason and wl.quota_reserved and not _leftovers(pods):
         plan.release_workload = True
 

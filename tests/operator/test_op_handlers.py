@@ -83,16 +83,11 @@ class FakeKube:
         return copy.deepcopy(obj) if obj is not None else None
 
     def patch_workload(self, ns, name, patch, status=False):
-        part = "status" if status else "spec"
-        self.log.append(f"patch_workload {part}")
+        self.log.append(f"patch_workload {'status' if status else 'spec'}")
         self.workload_patches.append((name, copy.deepcopy(patch), status))
-        assert list(patch) == [part], patch  # the status subresource takes status only, and vice versa
-        target = self.workloads[name].setdefault(part, {})
-        for k, v in patch[part].items():
-            if v is None:
-                target.pop(k, None)
-            else:
-                target[k] = copy.deepcopy(v)
+        # the status subresource takes status only; the main resource never status
+        assert (list(patch) == ["status"]) if status else ("status" not in patch), patch
+        _merge_patch(self.workloads[name], patch)
 
     def post_event(self, body, type_, reason, message, ts):
         self.events.append((type_, reason, message))
@@ -106,6 +101,17 @@ class FakeKube:
         if exit_code is not None:
             st["containerStatuses"] = [{"name": "grappa", "state": {"terminated": {
                 "exitCode": exit_code, "message": message}}}]
+
+
+def _merge_patch(target, patch):
+    """RFC 7386: None deletes, mappings merge, anything else replaces."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge_patch(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
 
 
 def make_job(**spec):
@@ -273,6 +279,7 @@ def test_quota_that_frees_up_clears_the_wait(fake):
 # ---- Kueue through the glue -------------------------------------------------------------------
 
 QUEUE_LABEL, PRIORITY_LABEL = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
+SUSPENDED_LABEL = "grappa.dev/suspended"
 WL = "grappajob-demo"
 SPOT_TOL = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 FLAVORS = {("kueue.x-k8s.io", "resourceflavors", "on-demand"): {"spec": {"nodeLabels": {"pool": "on-demand"}}},
@@ -412,13 +419,16 @@ def test_suspend_and_resume_set_the_workload_active(fake):
     kube.job["spec"]["runPolicy"] = {"suspend": True}
     strict(kube)
     assert kube.job["status"]["phase"] == "Suspended" and not kube.pods
-    assert kube.workload_patches == [(WL, {"spec": {"active": False}}, False)]
+    assert kube.workload_patches == [(WL, {"metadata": {"labels": {SUSPENDED_LABEL: "true"}},
+                                           "spec": {"active": False}}, False)]
     assert kube.workloads[WL]["spec"]["active"] is False
     strict(kube)
     assert len(kube.workload_patches) == 1
     kube.job["spec"]["runPolicy"] = {"suspend": False}
     strict(kube)
-    assert kube.workload_patches[-1] == (WL, {"spec": {"active": True}}, False)
+    assert kube.workload_patches[-1] == (WL, {"metadata": {"labels": {SUSPENDED_LABEL: None}},
+                                              "spec": {"active": True}}, False)
+    assert SUSPENDED_LABEL not in kube.workloads[WL]["metadata"].get("labels", {})
 
 
 def test_priority_comes_from_the_workload_priority_class_label_first(fake):

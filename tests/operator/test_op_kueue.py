@@ -36,15 +36,19 @@ def c(type_: str, status: str = "True", reason: str = "", message: str = "") -> 
             "lastTransitionTime": OLD}
 
 
-def wl_body(*conds: dict[str, Any], admission: Any = None, active: Any = True, gen: int = 3) -> dict[str, Any]:
+def wl_body(*conds: dict[str, Any], admission: Any = None, active: Any = True, gen: int = 3,
+            suspended_by_job: bool = False) -> dict[str, Any]:
     spec: dict[str, Any] = {"queueName": "lq"}
     if active is not None:
         spec["active"] = active
     status: dict[str, Any] = {"conditions": list(conds)}
     if admission is not None:
         status["admission"] = admission
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": WL, "namespace": "ns", "generation": gen}, "spec": spec, "status": status}
+    meta: dict[str, Any] = {"name": WL, "namespace": "ns", "generation": gen}
+    if suspended_by_job:
+        meta["labels"] = {"grappa.dev/suspended": "true"}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
+            "spec": spec, "status": status}
 
 
 ADMITTED = (c("QuotaReserved", reason="QuotaReserved"), c("Admitted", reason="Admitted"))
@@ -61,7 +65,7 @@ EVICTED = obs(wl_body(*ADMITTED, c("Evicted", reason="Preempted", message=PREEMP
 RELEASED = obs(wl_body(c("QuotaReserved", "False", "Pending", PREEMPTED), c("Admitted", "False", "NoReservation"),
                        c("Evicted", reason="Preempted", message=PREEMPTED)))
 FINISHED = obs(wl_body(*ADMITTED, c("Finished", reason="Succeeded"), admission=ADMISSION))
-INACTIVE = obs(wl_body(*ADMITTED, c("Evicted", reason="InactiveWorkload", message="The workload is deactivated"),
+INACTIVE = obs(wl_body(*ADMITTED, c("Evicted", reason="Deactivated", message="The workload is deactivated"),
                        admission=ADMISSION, active=False))
 
 
@@ -109,7 +113,7 @@ def test_evicted_workload_reads_reason_and_message():
 def test_finished_and_inactive_workloads():
     assert FINISHED.finished and FINISHED.admitted
     assert not obs(wl_body(*ADMITTED, c("Finished", "False"), admission=ADMISSION)).finished
-    assert not INACTIVE.active and INACTIVE.evicted_reason == "InactiveWorkload"
+    assert not INACTIVE.active and INACTIVE.evicted_reason == "Deactivated"
     assert obs(wl_body(active=None)).active  # spec.active defaults to true
     # the Workload's own queueName wins over the job's label
     moved = wl_body()
@@ -156,7 +160,7 @@ def test_finished_status_keeps_other_conditions_and_their_times():
 
 
 @pytest.mark.parametrize("reason,requeued", [("Preempted", "True"), ("NodeFailures", "True"),
-                                             ("InactiveWorkload", "False"), ("ClusterQueueStopped", "False")])
+                                             ("Deactivated", "False"), ("ClusterQueueStopped", "False")])
 def test_released_status_clears_the_admission(reason, requeued):
     body = wl_body(*ADMITTED, c("Evicted", reason=reason, message="why"), c("PodsReady", "False"),
                    admission=ADMISSION)
@@ -363,13 +367,21 @@ def test_suspend_deactivates_the_workload_and_resume_reactivates_it():
     assert p2.workload_active is None and not p2.release_workload and p2.status["phase"] == "Suspended"
     p3 = step(QJOB, sus_spec, p2.status, [prep_done()], later(2), 1, INACTIVE)
     assert p3.release_workload and p3.workload_active is None and p3.events == []
-    released = obs(wl_body(c("QuotaReserved", "False"), c("Evicted", reason="InactiveWorkload"), active=False))
+    released = obs(wl_body(c("QuotaReserved", "False"), c("Evicted", reason="Deactivated"), active=False,
+                           suspended_by_job=True))
     p4 = step(QJOB, sus_spec, p3.status, [prep_done()], later(3), 1, released)
     assert not p4.release_workload and p4.workload_active is None
-    # resume: active again, queued until Kueue admits it again
+    # resume: active again, queued until Kueue admits it again; the job's own deactivation is
+    # not reported as an eviction
     p5 = step(QJOB, make_spec(), p4.status, [prep_done()], later(4), 1, released)
     assert p5.workload_active is True and p5.status["phase"] == "Queued"
-    assert not p5.create_group and "Resumed" in [e.reason for e in p5.events]
+    assert p5.status["reason"] == "WaitingForAdmission" and p5.status["message"].startswith("resumed")
+    assert not p5.create_group and [e.reason for e in p5.events] == ["Resumed", "WaitingForAdmission"]
+    # a Workload Kueue deactivated itself (no label) stays inactive: the job waits, evicted
+    by_kueue = obs(wl_body(c("QuotaReserved", "False"), c("Evicted", reason="DeactivatedDueToRequeuingLimitExceeded"),
+                           active=False))
+    p7 = step(QJOB, make_spec(), p4.status, [prep_done()], later(4), 1, by_kueue)
+    assert p7.workload_active is None and p7.status["reason"] == "Evicted"
     p6 = step(QJOB, make_spec(), p5.status, [prep_done()], later(5), 1, ADMIT)
     assert p6.status["phase"] == "Pending" and p6.create_group and p6.workload_active is None
 

@@ -91,9 +91,9 @@ WORKLOAD_BODIES = {
         "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Evicted", reason="Preempted")],
         "admission": _ADMISSION}},
     "released": {"spec": {"queueName": "lq"}, "status": {
-        "conditions": [_kcond("QuotaReserved", "False"), _kcond("Evicted", reason="InactiveWorkload")]}},
+        "conditions": [_kcond("QuotaReserved", "False"), _kcond("Evicted", reason="Deactivated")]}},
     "inactive": {"spec": {"queueName": "lq", "active": False}, "status": {
-        "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Evicted", reason="InactiveWorkload")],
+        "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Evicted", reason="Deactivated")],
         "admission": _ADMISSION}},
     "finished": {"spec": {"queueName": "lq"}, "status": {
         "conditions": [_kcond("QuotaReserved"), _kcond("Admitted"), _kcond("Finished")], "admission": _ADMISSION}},
