@@ -2,6 +2,7 @@
 
 It holds the only optimizer, so every replica stays identical: workers receive parameters, never
 gradients. It also drives exact evaluation, keeps the best-validation parameters and checkpoints.
+On SIGTERM it writes the last completed epoch (`save_last_epoch`, stop.py); resume is per epoch.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional
 import torch
 
 from . import protocol as proto
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
 from .chunks.store import ChunkStore
 from .config import TrainConfig, dump_config
 from .models import GNN
@@ -22,6 +23,7 @@ from .memory import PeakMemory
 from .params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
 from .reducer import combine
 from .rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
+from .stop import SigtermWatch
 from .transport import Link
 from .worker import steps_per_epoch
 
@@ -74,6 +76,10 @@ class Aggregator:
         self.best = {"val": -1.0, "test": None, "epoch": None, "state": None}
         self.progress = Progress(epochs_total=cfg.training.epochs)
         self.memory = PeakMemory(interval=0.5)
+        self.last_epoch = LastEpoch(self.run_dir)
+        self.stop: Optional[SigtermWatch] = None  # set by the entry point
+        self.steps_into_epoch = 0  # optimizer steps of the epoch under way (lost on a stop)
+        self._stop_saved = False
 
     # -- messages ----------------------------------------------------------------------------
     def broadcast_state(self, kind: str) -> None:
@@ -120,7 +126,9 @@ class Aggregator:
         size = self.n_params + self.n_buf + proto.STEP_SCALARS
         loss_sum = seeds = correct = 0.0
         reduce_s = step_s = 0.0
+        self.steps_into_epoch = 0
         for _ in range(rinfo["steps"]):
+            self.safe_point()
             t0 = time.perf_counter()
             msgs = self.link.recv_many([(torch.empty(size), r) for r in self.workers], "train")
             t1 = time.perf_counter()
@@ -128,6 +136,7 @@ class Aggregator:
                 self.model, self.optimizer, msgs, self.n_params, self.n_buf)
             t2 = time.perf_counter()
             self.broadcast_state("train")
+            self.steps_into_epoch += 1
             reduce_s += t2 - t1
             step_s += time.perf_counter() - t0
             loss_sum += step_loss
@@ -200,7 +209,52 @@ class Aggregator:
             self.progress.val_history.append((rec["epoch"], rec.get("val_acc")))
         log.info("resuming from %s (epoch %d)", path, ck["epoch"])
         self._jsonl({"event": "resume", "epoch": ck["epoch"], "checkpoint": str(path)})
+        self.last_epoch.on_disk(ck["epoch"], self.steps_done(), path)
         return ck["epoch"], RoundDecision(**ck["decision"])
+
+    def steps_done(self) -> int:
+        return sum(rec.get("steps", 0) for rec in self.history)
+
+    def end_epoch(self, rec: dict, epoch: int, decision: RoundDecision) -> None:
+        """Epoch `epoch` (1-based) is complete: record it, and keep its state for a stop."""
+        periodic = bool(self.cfg.checkpoint.interval) and epoch % self.cfg.checkpoint.interval == 0
+        self.end_epoch_as(rec, epoch, decision, periodic)
+
+    def end_epoch_as(self, rec: dict, epoch: int, decision: RoundDecision, write: bool) -> None:
+        self.steps_into_epoch = 0
+        with self.last_epoch.lock:  # a stop sees both the record and the state, or neither
+            self.history.append(rec)
+            self._jsonl(rec)
+            self.last_epoch.record(epoch, self.steps_done(), self.checkpoint_state(epoch, decision), write)
+
+    def safe_point(self) -> None:
+        """Between steps and epochs: no update half-applied, no message half-exchanged."""
+        if self.stop is not None:
+            self.stop.check()
+
+    def save_last_epoch(self, why: str) -> None:
+        """Write the last completed epoch (if not on disk already) and say so, once."""
+        with self.last_epoch.lock:  # the main thread and the SIGTERM watcher may both get here
+            if self._stop_saved:
+                return
+            self._stop_saved = True
+            self._save_last_epoch(why)
+
+    def _save_last_epoch(self, why: str) -> None:
+        t0 = time.perf_counter()
+        unsaved = self.last_epoch.latest is not None and self.last_epoch.latest.path is None
+        s = self.last_epoch.save()
+        seconds = time.perf_counter() - t0
+        lost = self.steps_into_epoch
+        if s is None:
+            log.warning("%s: no epoch completed yet, nothing to save (%d steps of epoch 1 not kept)",
+                        why, lost)
+            return
+        done = f"saved to {s.path} in {seconds:.2f} s" if unsaved else f"already saved at {s.path}"
+        log.warning("%s: checkpoint of epoch %d step %d %s (%d steps into epoch %d not kept: "
+                    "resume is per epoch)", why, s.epoch, s.step, done, lost, s.epoch + 1)
+        self._jsonl({"event": "stop", "why": why, "epoch": s.epoch, "step": s.step,
+                     "checkpoint": str(s.path), "save_seconds": seconds, "steps_not_kept": lost})
 
     def _jsonl(self, record: dict) -> None:
         with open(self.run_dir / "metrics.jsonl", "a") as f:
@@ -217,6 +271,7 @@ class Aggregator:
         rinfo: dict = {}
         started = time.perf_counter()
         for epoch in range(start, epochs):
+            self.safe_point()
             t0 = time.perf_counter()
             before = self.link.bytes.snapshot()
             decision = self.rounds.decide(epoch, self.progress, decision)
@@ -242,11 +297,8 @@ class Aggregator:
                 "control_bytes": self._delta(before, "control"),
                 "best_val": self.best["val"], "best_test": self.best["test"],
             })
-            self.history.append(rec)
-            self._jsonl(rec)
+            self.end_epoch(rec, epoch + 1, decision)
             self._publish(rec, started, epoch + 1 - start)
-            if cfg.checkpoint.interval and (epoch + 1) % cfg.checkpoint.interval == 0:
-                save_checkpoint(self.run_dir, epoch + 1, self.checkpoint_state(epoch + 1, decision))
         self.command(proto.control(proto.CMD_STOP))
         return self.finish()
 

@@ -1,7 +1,8 @@
 """Command line: `grappa prepare | train | single | aggregator | worker`.
 
 Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
-Exit codes: 0 ok, 1 failure, 2 invalid configuration, 3 the job cannot run with this data.
+Exit codes: 0 ok, 1 failure, 2 invalid configuration, 3 the job cannot run with this data,
+143 stopped by SIGTERM with the last completed epoch checkpointed (retryable: resume continues).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Optional
 import yaml
 
 from .config import ConfigError, TrainConfig, load_config
+from .stop import EXIT_STOPPED, Stopped
 
 EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
 
@@ -170,6 +172,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ConfigError as err:
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    except Stopped as err:  # SIGTERM, the last completed epoch saved (logged where it happened)
+        if str(err):
+            print(f"grappa: {err}", file=sys.stderr)
+        # No interpreter teardown: destroying a gloo group whose peers are gone holds the GIL
+        # for seconds (measured ~4 s), time the grace period should not pay for.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_STOPPED)
     except Exception as err:
         from .errors import CANNOT_RUN  # lazy: keeps config errors fast (no torch import)
         if not isinstance(err, CANNOT_RUN):

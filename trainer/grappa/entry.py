@@ -1,12 +1,21 @@
-"""Process entry points shared by pods and the local launcher."""
+"""Process entry points shared by pods and the local launcher.
+
+On SIGTERM (stop.py) the aggregator writes its last completed epoch and exits EXIT_STOPPED; a
+worker exits EXIT_STOPPED at once. If the aggregator fails otherwise (a worker died), it still
+writes the last completed epoch before the error ends it, so a restart loses no finished epoch.
+"""
 from __future__ import annotations
 
 import json
 import logging
 import os
+import sys
 
 from .config import RoundsConfig, TrainConfig
 from .metrics import TrainerMetrics, metrics_port_for
+from .stop import EXIT_STOPPED, SigtermWatch, Stopped
+
+log = logging.getLogger("grappa.entry")
 
 
 def _metrics(cfg: TrainConfig, rank: int):
@@ -44,22 +53,51 @@ def run_aggregator(cfg: TrainConfig) -> dict:
     if not strategy_class(cfg.strategy).repartitions:
         # Rounds are Grappa's; other strategies keep the partitions fixed whatever is scheduled.
         rounds = ScheduleRounds(RoundsConfig(every=0), cfg.grappa.partition_seed)
+    agg = None
+    # Installed before the rendezvous, which can itself wait long: a stop then has nothing to save.
+    watch = SigtermWatch(lambda: agg is not None and agg.save_last_epoch("SIGTERM")).install()
     link = Link.from_env()
     try:
         from .strategies import strategy_module
         cls = getattr(strategy_module(cfg.strategy), "AGGREGATOR", Aggregator)
         agg = cls(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))
-        result = agg.run()
+        agg.stop = watch
+        result = train_or_save(agg, watch)
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
                      extra={"parameters": agg.n_params, "workers": cfg.partitions})
         return result
     finally:
-        link.close()
+        if not watch.requested.is_set():  # a gloo teardown with dying peers takes seconds: skip it
+            link.close()
+
+
+def train_or_save(agg, watch: SigtermWatch) -> dict:
+    """agg.run(), or on SIGTERM, or on a failure of the group, the last epoch written first."""
+    try:
+        return agg.run()
+    except BaseException as err:
+        stopping = watch.requested.is_set()  # a link error after SIGTERM is the stop, too
+        try:
+            agg.save_last_epoch("SIGTERM" if stopping else f"stopping on {type(err).__name__}")
+        except Exception:
+            log.exception("could not save the last epoch; the previous checkpoint is intact")
+            raise err
+        if stopping:
+            raise Stopped() from err
+        raise
+
+
+def _worker_stop() -> None:
+    log.warning("SIGTERM: worker exiting (its state is the aggregator's, which checkpoints it)")
+    sys.stderr.flush()
+    os._exit(EXIT_STOPPED)
 
 
 def run_worker(cfg: TrainConfig) -> None:
     from .transport import Link
     from .worker import Worker
+    # A worker keeps nothing worth saving and writes files only by rename: leave at once.
+    SigtermWatch(_worker_stop, grace_s=0.0).install()
     link = Link.from_env()
     _setup(f"worker-{link.rank - 1}")
     try:

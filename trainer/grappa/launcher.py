@@ -2,6 +2,8 @@
 
 Same entry points as the Kubernetes pods. Shows a progress bar from the aggregator's per-epoch
 JSON lines; if any process fails, stops every other one and exits non-zero naming the rank.
+SIGTERM to the launcher goes on to every process, as Kubernetes does to every pod: the aggregator
+checkpoints its last completed epoch, and the launcher exits 143 (stop.EXIT_STOPPED) once it has.
 """
 from __future__ import annotations
 
@@ -12,15 +14,29 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional, Protocol
 
 from .config import TrainConfig, dump_config
+from .stop import EXIT_STOPPED, Stopped
+
+# How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
+# one checkpoint write at most; this leaves room for a slow disk.
+STOP_GRACE_S = 30.0
 
 
 class LaunchError(RuntimeError):
     pass
+
+
+class _Terminated(Exception):
+    """The launcher itself got SIGTERM."""
+
+
+def _raise_terminated(*_) -> None:
+    raise _Terminated()
 
 
 def free_port() -> int:
@@ -104,7 +120,7 @@ class LocalJob:
         # Which process is which rank, for people (and tests) who need to signal one.
         (self.run_dir / "pids.json").write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
 
-    def stop_all(self, grace: float = 5.0) -> None:
+    def stop_all(self, grace: float = STOP_GRACE_S) -> None:
         for p in self.procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
@@ -126,11 +142,15 @@ class LocalJob:
         try:
             while True:
                 offset = self._advance(metrics, offset, bar)
-                codes = [p.poll() for p in self.procs]
+                # Workers first: one that failed because the aggregator left is then always seen
+                # together with the aggregator's exit, which decides what happened.
+                codes = [p.poll() for p in reversed(self.procs)][::-1]
                 failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
                     rank, code = failed[0]
                     self.stop_all()
+                    if rank == 0 and code == EXIT_STOPPED:  # someone sent the aggregator SIGTERM
+                        raise Stopped(self.stopped_message("the aggregator got SIGTERM"))
                     raise LaunchError(
                         f"{role(rank)} exited with code {code}; stopped the other processes.\n"
                         f"last lines of {self.log_dir / f'rank-{rank}.log'}:\n"
@@ -157,7 +177,7 @@ class LocalJob:
                 continue
             if rec.get("event") == "resume":
                 bar.n = rec["epoch"]
-            elif "epoch" in rec:
+            elif "event" not in rec and "epoch" in rec:  # an epoch's record (events: resume, stop)
                 bar.n = rec["epoch"]
                 post = {"round": rec["round"], "loss": f"{rec['loss']:.3f}"}
                 if rec.get("val_acc") is not None:
@@ -166,13 +186,30 @@ class LocalJob:
             bar.refresh()
         return offset + len(complete.encode())
 
+    def stopped_message(self, why: str) -> str:
+        code = self.procs[0].returncode if self.procs else None
+        if code != EXIT_STOPPED:
+            return f"{why}; the aggregator exited with code {code}: see {self.log_dir / 'rank-0.log'}"
+        return (f"{why}; stopped, the last completed epoch is checkpointed in {self.run_dir}/checkpoints "
+                "(run the same command to resume)")
+
     def run(self) -> dict:
-        self.spawn()
+        # In the main thread only (Python's rule); tests may run jobs from other threads.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
         try:
+            self.spawn()
             self.watch()
-        except KeyboardInterrupt:
+        except _Terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the wait short
             self.stop_all()
+            raise Stopped(self.stopped_message("SIGTERM")) from None
+        except KeyboardInterrupt:
+            self.stop_all()  # the aggregator checkpoints on the SIGTERM this sends
             raise
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
         report = self.run_dir / "report.json"
         if not report.exists():
             raise LaunchError(f"all processes exited 0 but {report} was not written")

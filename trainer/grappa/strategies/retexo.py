@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from .. import protocol as proto
 from ..aggregator import Aggregator, make_optimizer
 from ..blocks import owned_block
-from ..checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ..checkpoint import latest_checkpoint, load_checkpoint
 from ..config import ModelConfig, TrainConfig
 from ..fullcomm import build_plan, fetch_rows
 from ..local_graph import LocalGraph
@@ -190,6 +190,7 @@ class RetexoAggregator(Aggregator):
         self.best, self.history, self.stage_results = ck["best"], ck["history"], ck["stage_results"]
         log.info("resuming from %s (epoch %d, stage %d)", path, ck["epoch"], ck["stage"])
         self._jsonl({"event": "resume", "epoch": ck["epoch"], "stage": ck["stage"], "checkpoint": str(path)})
+        self.last_epoch.on_disk(ck["epoch"], self.steps_done(), path)
         return ck["epoch"], ck["stage"], ck["stage_done"]
 
     def run(self) -> dict:
@@ -211,10 +212,11 @@ class RetexoAggregator(Aggregator):
             self.broadcast_state("control")
             log.info("stage %d: epochs %d..%d", stage, epoch + 1, bounds[stage + 1])
             for epoch in range(epoch, bounds[stage + 1]):
+                self.safe_point()
                 t0 = time.perf_counter()
                 before = self.link.bytes.snapshot()
                 do_eval = True  # the stage's best epoch needs every validation score
-                rec = {"epoch": epoch + 1, "round": 0, "round_start": 0, "stage": stage}
+                rec = {"epoch": epoch + 1, "round": 0, "round_start": 0, "stage": stage, "steps": 1}
                 rec.update(self.train_epoch(epoch, rinfo, do_eval))
                 train_bytes = self._delta(before, "train")
                 eval_before = self.link.bytes.snapshot()
@@ -224,16 +226,18 @@ class RetexoAggregator(Aggregator):
                             "train_bytes": train_bytes, "eval_bytes": self._delta(eval_before, "eval"),
                             "control_bytes": self._delta(before, "control"),
                             "best_val": self.best["val"], "best_test": self.best["test"]})
-                self.history.append(rec)
-                self._jsonl(rec)
-                self._publish(rec, started, max(1, epoch + 1))
                 last_of_stage = epoch + 1 == bounds[stage + 1]
-                if cfg.checkpoint.interval and (epoch + 1) % cfg.checkpoint.interval == 0 and not last_of_stage:
-                    save_checkpoint(self.run_dir, epoch + 1, self.checkpoint_state(epoch + 1, decision))
+                periodic = bool(cfg.checkpoint.interval) and (epoch + 1) % cfg.checkpoint.interval == 0
+                # The stage's last epoch is kept for a stop (resuming it redoes end_stage) but
+                # written on schedule only after end_stage.
+                self.end_epoch_as(rec, epoch + 1, decision, periodic and not last_of_stage)
+                self._publish(rec, started, max(1, epoch + 1))
             epoch = bounds[stage + 1]
             self.end_stage(stage)
             if cfg.checkpoint.interval:
-                save_checkpoint(self.run_dir, epoch, self.checkpoint_state(epoch, decision))
+                # Kept for a stop only when written on schedule, as before: the workers may still
+                # be writing the next stage's input rows, which resuming a finished stage needs.
+                self.last_epoch.record(epoch, self.steps_done(), self.checkpoint_state(epoch, decision), True)
             stage += 1
         self.command(proto.control(proto.CMD_STOP))
         final = self.stage_results[-1]
