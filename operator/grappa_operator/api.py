@@ -56,11 +56,30 @@ class EnvVar(Section):
         None, description="A core/v1 EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...).")
 
 
+class TemplateMetadata(Section):
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+
+
+class PodTemplate(Section):
+    """A PodTemplate-style override, merged under the fields the operator owns (podtemplate.py)."""
+
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Pod labels and annotations.")
+    spec: dict[str, Any] = Field(
+        default_factory=dict,
+        description="core/v1 PodSpec fields for these pods (affinity, topologySpreadConstraints, "
+                    "volumes, imagePullSecrets, securityContext, runtimeClassName, initContainers, "
+                    "sidecar containers, and volumeMounts/envFrom of the `grappa` container); "
+                    "fields the operator owns are refused, naming the field.")
+
+
 class PodSettings(Section):
     """Settings of one kind of pod (aggregator or workers)."""
 
-    image: str = Field(settings.DEFAULT_TRAINER_IMAGE, min_length=1,
-                       description="Trainer image (the Dockerfile's `trainer` target).")
+    image: Optional[str] = Field(
+        None, min_length=1, max_length=512,
+        description="Trainer image (the Dockerfile's `trainer` target). Default: the operator's "
+                    "(chart value trainerImage), read when the pods are (re)created.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="Image pull policy.")
     resources: Resources = Field(default_factory=Resources, description="Container resources.")
@@ -78,6 +97,8 @@ class PodSettings(Section):
                     "this job's status (bound to that Role when you name your own). Workers "
                     "default: the namespace's default account, token not mounted.")
     priority_class_name: Optional[str] = Field(None, description="Priority class of the pods.")
+    template: PodTemplate = Field(default_factory=PodTemplate,
+                                  description="Pod template override (labels, affinity, volumes, ...).")
 
 
 class RunPolicy(Section):

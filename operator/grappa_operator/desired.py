@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from grappa.config import TrainConfig, dump_config
 
-from . import kueue
+from . import kueue, podtemplate
 from . import settings as s
 from .api import GrappaJobSpec, PodSettings
 from .errors import SpecError
@@ -89,6 +89,9 @@ def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
             if env.name in s.RESERVED_ENV:
                 raise SpecError("InvalidSpec", f"spec.{role}.env[{i}].name: {env.name} is set by "
                                 "the operator and cannot be overridden")
+    # A template that touches what the operator owns is refused before any object exists.
+    pod(job, spec, s.ROLE_AGGREGATOR, 0, 0)
+    pod(job, spec, s.ROLE_WORKER, 1, 0)
 
 
 # ---- paths and config ---------------------------------------------------------------------
@@ -223,14 +226,14 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
         "restartPolicy": "Never",  # the operator restarts the whole group, never a single pod
         "automountServiceAccountToken": role == s.ROLE_AGGREGATOR,
         "enableServiceLinks": False,  # rendezvous uses MASTER_ADDR; no *_SERVICE_HOST clutter
-        "terminationGracePeriodSeconds": 15,  # restarts replace the whole group: do not linger
+        "terminationGracePeriodSeconds": 30,  # the aggregator checkpoints on SIGTERM (~1-2 s; docs/architecture.md)
         "securityContext": {
             "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [{
             "name": s.CONTAINER_NAME,
-            "image": settings_.image,
+            "image": settings_.image or s.trainer_image(),
             "imagePullPolicy": settings_.image_pull_policy,
             "command": ["python", "-m", "grappa", role],
             "env": _env(job, spec, cfg, role, rank, settings_),
@@ -274,7 +277,10 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
     meta = _meta(job, name, lbls)
     if annotations:
         meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    where_role = s.ROLE_WORKER if role == s.ROLE_WORKER else s.ROLE_AGGREGATOR
+    return podtemplate.apply(obj, settings_.template.model_dump(by_alias=True), f"spec.{where_role}.template",
+                             where_role)
 
 
 def group_pods(job: JobRef, spec: GrappaJobSpec, attempt: int,

@@ -25,6 +25,12 @@ ROLE_AGGREGATOR = "aggregator"
 ROLE_WORKER = "worker"
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grappa-dev/grappa-trainer:0.1.0"
+TRAINER_IMAGE_ENV = "GRAPPA_TRAINER_IMAGE"  # the chart's trainerImage: a platform's default
+
+
+def trainer_image() -> str:
+    """The image of pods whose spec names none: the operator's setting, else the release's."""
+    return os.environ.get(TRAINER_IMAGE_ENV, "").strip() or DEFAULT_TRAINER_IMAGE
 DEFAULT_MOUNT_PATH = "/grappa"
 CONTAINER_NAME = "grappa"
 TERMINATION_LOG = "/dev/termination-log"

@@ -97,6 +97,9 @@ def release_values(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     if OPERATOR_IMAGE:
         repo, tag = _split_image(OPERATOR_IMAGE)
         values["image"] = {"repository": repo, "tag": tag or "latest", "pullPolicy": PULL_POLICY}
+    if TRAINER_IMAGE:  # the default of jobs that name no image (test_pod_template)
+        repo, tag = _split_image(TRAINER_IMAGE)
+        values["trainerImage"] = {"repository": repo, "tag": tag or "latest"}
     if extra:
         values = _merge(values, extra)
     return values

@@ -218,7 +218,7 @@ def test_workload_has_the_aggregator_and_the_workers_as_pod_sets():
     assert (agg["name"], agg["count"], workers["name"], workers["count"]) == ("aggregator", 1, "workers", 3)
     assert set(kueue.POD_SETS) == {agg["name"], workers["name"]}
     a, w = agg["template"]["spec"], workers["template"]["spec"]
-    assert a["containers"] == [{"name": s.CONTAINER_NAME, "image": spec.aggregator.image,
+    assert a["containers"] == [{"name": s.CONTAINER_NAME, "image": s.DEFAULT_TRAINER_IMAGE,
                                 "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
     assert w["containers"][0]["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "4Gi"}}
     assert w["nodeSelector"] == {"pool": "cpu"} and w["tolerations"] == [{"key": "k", "operator": "Exists"}]

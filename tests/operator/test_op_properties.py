@@ -34,6 +34,19 @@ def section(keys: list[str]):
     return st.dictionaries(st.sampled_from(keys), junk, max_size=len(keys))
 
 
+# spec.<role>.template: any shape, with the keys the merge treats specially (podtemplate.py)
+container_fields = st.one_of(st.just("grappa"), junk,
+                             st.lists(st.dictionaries(st.sampled_from(["name", "mountPath"]), junk)))
+containers = st.lists(st.one_of(junk, st.dictionaries(
+    st.sampled_from(["name", "volumeMounts", "envFrom", "image"]), container_fields, max_size=4)), max_size=3)
+templates = st.fixed_dictionaries({}, optional={
+    "metadata": st.one_of(section(["labels", "annotations"]), st.just({"labels": {"grappa.dev/job-name": "x"}})),
+    "spec": st.one_of(junk, st.dictionaries(
+        st.sampled_from(["restartPolicy", "securityContext", "nodeSelector", "volumes", "tolerations",
+                         "affinity", "terminationGracePeriodSeconds", "containers"]),
+        st.one_of(junk, containers), max_size=4)),
+})
+
 spec_dicts = st.fixed_dictionaries({}, optional={
     "partitions": st.one_of(st.integers(-1, 3000), junk),
     "dataset": st.one_of(st.fixed_dictionaries({}, optional={
@@ -54,7 +67,7 @@ spec_dicts = st.fixed_dictionaries({}, optional={
                           "activeDeadlineSeconds", "preRunningDeadlineSeconds"]),
     "schedulingPolicy": section(["gang", "provider", "queue"]),
     "aggregator": section(["image", "env", "resources", "tolerations", "serviceAccountName"]),
-    "worker": section(["image", "env", "nodeSelector"]),
+    "worker": st.one_of(section(["image", "env", "nodeSelector"]), st.fixed_dictionaries({"template": templates})),
     "bogus": junk,
 })
 
