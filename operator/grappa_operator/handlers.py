@@ -236,8 +236,16 @@ async def _resync_forever() -> None:
     """Time-based transitions (deadlines, pending timeouts, TTL) and retries after errors."""
     while True:
         await asyncio.sleep(_config.resync_seconds)
-        for ns, name in metrics.CACHE.keys():
-            await reconcile(ns, name, "resync")
+        await resync_all()
+
+
+async def resync_all() -> None:
+    """Reconcile every known job concurrently: one slow job (a hung call waits out its timeout)
+    never delays the deadlines and TTLs of the others. A job whose previous reconcile is still
+    running is skipped this round rather than queued behind it."""
+    due = [(ns, name) for ns, name in metrics.CACHE.keys()
+           if not _locks.get((ns, name), asyncio.Lock()).locked()]
+    await asyncio.gather(*(reconcile(ns, name, "resync") for ns, name in due))
 
 
 @kopf.on.event(s.GROUP, s.VERSION, s.PLURAL)

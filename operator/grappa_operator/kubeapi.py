@@ -26,9 +26,21 @@ def load_credentials() -> None:
         kubernetes.config.load_kube_config()
 
 
+# (connect, read) seconds of every call: a hung API server connection fails the one reconcile
+# (retried at the next resync) instead of holding its thread forever.
+REQUEST_TIMEOUT = (5.0, 30.0)
+
+
+class TimedApiClient(kubernetes.client.ApiClient):
+    """An ApiClient whose calls all carry REQUEST_TIMEOUT unless a call names its own."""
+
+    def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any):
+        return super().call_api(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+
+
 class Kube:
     def __init__(self, api_client: Optional[kubernetes.client.ApiClient] = None):
-        self.client = api_client or kubernetes.client.ApiClient()
+        self.client = api_client or TimedApiClient()
         self.core = kubernetes.client.CoreV1Api(self.client)
         self.rbac = kubernetes.client.RbacAuthorizationV1Api(self.client)
         self.custom = kubernetes.client.CustomObjectsApi(self.client)

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -37,6 +37,8 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 RECONCILE_ERRORS = Counter("grappa_operator_reconcile_errors", "Reconciles that raised, by trigger.",
                            ["handler"], registry=REGISTRY)
+LEADER = Gauge("grappa_operator_leader", "1 on the replica that holds the leader lease (or runs "
+               "without election), 0 on a follower.", registry=REGISTRY)
 TIME_TO_RUNNING = Histogram(
     "grappa_operator_time_to_running_seconds", "From GrappaJob creation to all pods Running.",
     registry=REGISTRY, buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600))

@@ -79,6 +79,8 @@ class OperatorSettings:
     health_port: int = 8081
     bind_address: str = "0.0.0.0"
     resync_seconds: float = 5.0  # timer period: deadlines, TTL, pending checks
+    leader_lease: str = ""  # "<namespace>/<name>" of the election Lease; empty = no election
+    identity: str = ""  # this replica's name in the Lease (its pod name)
 
     @classmethod
     def from_env(cls) -> "OperatorSettings":
@@ -91,4 +93,6 @@ class OperatorSettings:
             # server bound to the pod IP refuses; the pod network exposes nothing else anyway.
             bind_address=os.environ.get("GRAPPA_BIND_ADDRESS", "").strip() or "0.0.0.0",
             resync_seconds=float(os.environ.get("GRAPPA_RESYNC_SECONDS", "") or 5.0),
+            leader_lease=os.environ.get("GRAPPA_LEADER_LEASE", "").strip(),
+            identity=os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or "grappa-operator",
         )

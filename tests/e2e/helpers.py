@@ -93,7 +93,10 @@ class Release:
 
 def release_values(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Chart values for the suite: the operator image under test and a short resync."""
-    values: dict[str, Any] = {"resyncSeconds": 2, "livenessProbe": {"initialDelaySeconds": 30}}
+    # One replica (the helpers find "the" operator pod); its leader election still runs, and
+    # test_operator_leader_killed_mid_job scales to two.
+    values: dict[str, Any] = {"resyncSeconds": 2, "livenessProbe": {"initialDelaySeconds": 30},
+                              "replicaCount": 1}
     if OPERATOR_IMAGE:
         repo, tag = _split_image(OPERATOR_IMAGE)
         values["image"] = {"repository": repo, "tag": tag or "latest", "pullPolicy": PULL_POLICY}

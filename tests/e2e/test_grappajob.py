@@ -151,50 +151,76 @@ def test_worker_killed_resumes_from_checkpoint(cluster: Cluster, release: h.Rele
     assert [r["round"] for r in rounds] == list(range(len(rounds))), rounds
 
 
-def test_operator_restart_mid_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
+def _lease_holder(cluster: Cluster, release: h.Release) -> str:
+    lease = cluster.kubectl_json("get", "lease", f"{release.fullname}-leader", "-n", release.namespace)
+    return lease["spec"].get("holderIdentity") or ""
+
+
+def _scale_operator(cluster: Cluster, release: h.Release, replicas: int) -> None:
+    h.helm(cluster, "upgrade", release.name, str(h.CHART), "-n", release.namespace, "--reuse-values",
+           "--set", f"replicaCount={replicas}", "--wait", f"--timeout={int(h.scaled(180))}s")
+
+
+def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
+    """Two replicas with leader election; the leader is killed (no grace) while the job trains:
+    the follower takes the Lease and sees the job through, no pod duplicated, no round skipped."""
     name = f"oprs-{uuid.uuid4().hex[:5]}"
-    # Workers train on while the operator is away, so the job must outlast a slow restart (on two
-    # busy cores a new operator pod can take 20 s) for the new operator to decide rounds at all.
+    # Workers train on while no operator leads (the Lease outlives a killed leader by up to its
+    # 15 s duration), so the job must last long enough for the new leader to decide rounds.
     manifest = h.job_manifest(name, epochs=30, rounds_every=3)
-    old = h.wait_operator(cluster, release)
+    _scale_operator(cluster, release, 2)
     restarted: dict[str, Any] = {}
-
-    def inject(job: dict[str, Any]) -> bool:
-        if not restarted and h.phase(job) == "Running" and h.progress(job).get("epoch", 0) >= 2:
-            restarted["epoch"] = h.progress(job)["epoch"]
-            restarted["round"] = _rounds(job).get("current")
-            cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", release.namespace, "--wait=false")
-            return True
-        return False
-
-    watch = h.PodWatch(cluster, namespace, name)
-    watch.start()
     try:
-        run = h.run_job(cluster, namespace, manifest, release, during=inject)
-        new = h.wait_operator(cluster, release, not_uid=old["metadata"]["uid"])
+        def two_ready() -> list[dict[str, Any]] | None:
+            ready = [p for p in h.operator_pods(cluster, release) if not p["metadata"].get("deletionTimestamp")
+                     and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+            return ready if len(ready) == 2 else None
+        cluster.wait_for(two_ready, h.scaled(120), "two operator replicas Ready (the follower answers /healthz)")
+        leader = cluster.wait_for(lambda: _lease_holder(cluster, release) or None, h.scaled(60), "a leader")
+        follower = next(p["metadata"]["name"] for p in h.operator_pods(cluster, release)
+                        if p["metadata"]["name"] != leader)
+
+        def inject(job: dict[str, Any]) -> bool:
+            if not restarted and h.phase(job) == "Running" and h.progress(job).get("epoch", 0) >= 2:
+                restarted["epoch"] = h.progress(job)["epoch"]
+                restarted["round"] = _rounds(job).get("current")
+                cluster.kubectl("delete", "pod", leader, "-n", release.namespace, "--grace-period=0",
+                                "--force", "--wait=false")
+                return True
+            return False
+
+        watch = h.PodWatch(cluster, namespace, name)
+        watch.start()
+        try:
+            run = h.run_job(cluster, namespace, manifest, release, during=inject)
+        finally:
+            watch.stop()
+        assert _lease_holder(cluster, release) == follower, (leader, follower)
+        follower_log = cluster.container_log(release.namespace, follower, "operator")
+        assert "leading (lease" in follower_log, follower_log[-3000:]
     finally:
-        watch.stop()
+        _scale_operator(cluster, release, 1)
+        h.wait_operator(cluster, release)
     diag = h.diagnostics(cluster, namespace, name, release)
     st = run.job["status"]
-    assert new["metadata"]["name"] != old["metadata"]["name"]
     assert st.get("restarts", 0) == 0, diag
     # No duplicates: P + 1 training pods and one prepare pod ever, never two for one rank.
     trainers = [v for v in watch.seen.values() if v["role"] in ("aggregator", "worker")]
     assert len(trainers) == manifest["spec"]["partitions"] + 1, (watch.seen, diag)
     assert all(n == 1 for n in watch.max_live.values()), watch.max_live
     assert len([v for v in watch.seen.values() if v["role"] == "prepare"]) <= 1, watch.seen
-    # Rounds neither skipped nor repeated, across the restart.
+    # Rounds neither skipped nor repeated, across the change of leader.
     history = _rounds(run.job)["history"]
     numbers = [r["round"] for r in history]
     assert numbers == list(range(len(numbers))) and len(numbers) >= 3, history
-    # An Event is posted after the status write, so a decision whose Event was lost in the
-    # restart may lack one; none may have two.
+    # An Event is posted after the status write, so a decision whose Event was lost with the
+    # killed leader may lack one; none may have two.
     decided = [e for e in h.events(cluster, namespace, "GrappaJob", name) if e["reason"] == "RoundDecided"]
     for r in range(1, len(numbers)):
         assert sum(f"round {r} " in e["message"] for e in decided) <= 1, (r, decided)
     applied = [int(m) for m in re.findall(r"round (\d+) from epoch \d+", h.aggregator_log(cluster, namespace, name))]
     assert applied == numbers, (applied, numbers)
     assert st["progress"]["round"] == numbers[-1]
-    # The new operator still reconciles: it saw the job through to Succeeded.
+    # The new leader reconciles: it saw the job through to Succeeded.
     assert h.conditions(run.job)["Succeeded"]["status"] == "True"
     assert restarted["epoch"] < st["progress"]["epochsTotal"]

@@ -482,3 +482,34 @@ def test_a_job_without_the_label_never_reads_kueue(fake, monkeypatch):
     monkeypatch.setattr(kube, "get_workload", lambda *a: pytest.fail("read a Workload"))
     strict(kube)
     assert kube.job["status"]["phase"] == "Preparing" and not kube.workloads and "queue" not in kube.job["status"]
+
+
+def test_a_slow_job_does_not_hold_up_the_resync_of_the_others(monkeypatch):
+    """While one job's reconcile is stuck in an API call, the resync still reconciles the others
+    (and does not queue a second reconcile behind the stuck one)."""
+    import threading
+
+    release, fast_done = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    class TwoJobs(FakeKube):
+        def get_job(self, ns, name):
+            calls.append(name)
+            if name == "slow":
+                release.wait(10)  # a hung call, until the fast job was reconciled
+                return None
+            fast_done.set()
+            release.set()
+            return None
+
+    monkeypatch.setattr(handlers, "_kube", TwoJobs(make_job()))
+    metrics.CACHE.update("ns", "slow", {})
+    metrics.CACHE.update("ns", "fast", {})
+
+    async def go():
+        first = asyncio.ensure_future(handlers.reconcile("ns", "slow", "job"))
+        await asyncio.sleep(0.05)  # "slow" now holds its lock inside the hung call
+        await handlers.resync_all()
+        await first
+    asyncio.run(go())
+    assert fast_done.is_set() and calls.count("slow") == 1 and calls.count("fast") == 1, calls

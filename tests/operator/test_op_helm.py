@@ -66,9 +66,14 @@ def test_default_render_cluster_wide():
     kinds = sorted({o["kind"] for o in objs})
     assert {"CustomResourceDefinition", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
             "Service", "ConfigMap"} <= set(kinds)
-    assert "Role" not in kinds
+    # the only namespaced Role is the leader election's Lease, in the release namespace
+    assert [(o["metadata"]["name"], o["metadata"]["namespace"]) for o in objs if o["kind"] == "Role"] == [
+        ("grappa-operator-leader", "grappa-system")]
     dep = next(o for o in objs if o["kind"] == "Deployment")
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GRAPPA_LEADER_LEASE"] == "grappa-system/grappa-operator-leader"
+    assert any(o["kind"] == "PodDisruptionBudget" for o in objs)
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert set(cm["data"]) == {"grappa-operator.json", "grappa-training.json"}
@@ -81,7 +86,7 @@ def test_default_render_cluster_wide():
 def test_namespaced_render_uses_roles():
     objs = render("watchNamespaces={team-a,team-b}", "metrics.serviceMonitor.enabled=true",
                   "metrics.podMonitor.enabled=true", "metrics.trainerPodMonitor.enabled=true")
-    roles = [o for o in objs if o["kind"] == "Role"]
+    roles = [o for o in objs if o["kind"] == "Role" and not o["metadata"]["name"].endswith("-leader")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     # The user-facing roles aggregated into admin/edit/view are bound by nobody but the cluster's
     # own bindings of those roles (test_aggregated_user_roles); the operator's must stay read-only.
@@ -95,6 +100,16 @@ def test_namespaced_render_uses_roles():
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GRAPPA_WATCH_NAMESPACES"] == "team-a,team-b"
     assert {o["kind"] for o in objs} >= {"ServiceMonitor", "PodMonitor"}
+
+
+def test_single_replica_without_election_is_recreated_and_more_needs_election():
+    objs = render("replicaCount=1", "leaderElection.enabled=false")
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    env = {e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "GRAPPA_LEADER_LEASE" not in env and not [o for o in objs if o["kind"] == "Role"]
+    assert "needs leaderElection.enabled" in helm_fails("template", "x", str(CHART), "--set", "replicaCount=3",
+                                                        "--set", "leaderElection.enabled=false")
 
 
 def helm_fails(*args: str) -> str:

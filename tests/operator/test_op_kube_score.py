@@ -18,8 +18,6 @@ IGNORED = {
                                    "preloaded or mirrored images (kind, air-gapped clusters)",
     "pod-networkpolicy": "the operator needs egress to the API server, whose address is cluster-specific; "
                          "network policy is the cluster admin's",
-    "deployment-strategy": "Recreate on purpose: kopf has no leader election, two operators must never overlap",
-    "deployment-replicas": "one replica on purpose, for the same reason",
 }
 # Flags instead of whole checks: only the CPU limit is waived (throttling only delays reconciles;
 # the memory limit is still required).

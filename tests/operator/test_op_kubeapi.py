@@ -176,3 +176,23 @@ def test_workload_create_and_its_refusals(kube):
     Recorder.reply = {path: (403, {"message": 'User "x" cannot create resource "workloads"'})}
     with pytest.raises(SpecError, match="ClusterRole grants kueue.x-k8s.io workloads"):
         kube.create(wl)
+
+
+def test_a_hung_api_server_fails_the_call_instead_of_blocking(monkeypatch):
+    """Every call carries a timeout: a server that accepts but never answers raises."""
+    import socket
+    import urllib3
+
+    from grappa_operator import kubeapi
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts (in the kernel's backlog) and never replies
+    monkeypatch.setattr(kubeapi, "REQUEST_TIMEOUT", (1.0, 0.3))
+    cfg = kubernetes.client.Configuration()
+    cfg.host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    cfg.retries = False
+    try:
+        with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+            kubeapi.Kube(kubeapi.TimedApiClient(cfg)).get_job("ns", "demo")
+    finally:
+        listener.close()
