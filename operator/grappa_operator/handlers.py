@@ -27,6 +27,7 @@ OWNED_STATUS_KEYS = ("phase", "reason", "message", "conditions", "observedGenera
                      "prepared", "replicas", "startTime", "runningTime", "completionTime", "rounds",
                      "blockedSince", "disruptions", "activeSince", "queue", "runDir", "artifacts")
 
+POD_SELECTOR = f"{s.LABEL_MANAGED_BY}={s.MANAGED_BY},{s.LABEL_JOB}"
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
 _kube: Optional[Kube] = None
 _config = s.OperatorSettings()
@@ -228,6 +229,9 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # we post our own, meaningful Events
     settings.peering.standalone = True  # one replica (Recreate); no peering objects needed
     settings.watching.server_timeout = 300
+    # The API server filters the pod watch: only the operator's children cross the wire, not
+    # every pod of the cluster (the handler's own label filter alone is client-side).
+    settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
     await asyncio.to_thread(kube)
     asyncio.get_running_loop().create_task(_resync_forever())
 

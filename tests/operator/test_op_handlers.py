@@ -513,3 +513,28 @@ def test_a_slow_job_does_not_hold_up_the_resync_of_the_others(monkeypatch):
         await first
     asyncio.run(go())
     assert fast_done.is_set() and calls.count("slow") == 1 and calls.count("fast") == 1, calls
+
+
+def test_pod_watch_is_filtered_by_the_api_server():
+    """kopf sends the selector with the pod watch (server-side); other resources are unfiltered."""
+    import kopf
+    from kopf._cogs.structs import references
+
+    settings = kopf.OperatorSettings()
+
+    async def startup():
+        real_kube = handlers.kube
+        handlers.kube = lambda: None  # no cluster: only the settings matter here
+        try:
+            await handlers._startup(settings=settings)
+        finally:
+            handlers.kube = real_kube
+        for task in asyncio.all_tasks():  # the resync loop it started
+            if task is not asyncio.current_task():
+                task.cancel()
+    asyncio.run(startup())
+    pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+    jobs = references.Resource(group=s.GROUP, version=s.VERSION, plural=s.PLURAL, kind=s.KIND, namespaced=True)
+    assert list(settings.watching.label_selectors.collect(pods)) == [
+        "app.kubernetes.io/managed-by=grappa-operator,grappa.dev/job-name"]
+    assert list(settings.watching.label_selectors.collect(jobs)) == []
