@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess  # noqa: F401 - the annotation of _apply_strict
 import uuid
 
 import pytest
@@ -48,6 +49,12 @@ def apply_current_crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE.parent))
 
 
+def _apply_strict(cluster: Cluster, namespace: str, obj: dict) -> "subprocess.CompletedProcess[str]":
+    """`kubectl apply --validate=strict`: the API server refuses fields its schema lacks."""
+    return cluster.kubectl("apply", "--validate=strict", "-n", namespace, "-f", "-", input=json.dumps(obj),
+                           check=False)
+
+
 def test_job_survives_a_server_side_crd_upgrade(cluster: Cluster, release: h.Release, namespace: str) -> None:
     name = f"upg-{uuid.uuid4().hex[:6]}"
     # Kept Pending (its prepare pod uses the aggregator's unschedulable nodeSelector): no training.
@@ -61,9 +68,9 @@ def test_job_survives_a_server_side_crd_upgrade(cluster: Cluster, release: h.Rel
         before = h.wait_job(cluster, namespace, name, lambda j: h.phase(j) is not None, "a phase", rel=release)
         uid = before["metadata"]["uid"]
         # The old schema does not know the field: strict validation refuses it.
-        patch = json.dumps({"spec": {"runPolicy": {FIELD: 3600}}})
-        refused = cluster.kubectl("patch", h.RESOURCE, name, "-n", namespace, "--type=merge", "-p", patch,
-                                  "--validate=strict", check=False)
+        with_field = copy.deepcopy(job)
+        with_field["spec"]["runPolicy"][FIELD] = 3600
+        refused = _apply_strict(cluster, namespace, with_field)
         assert refused.returncode != 0 and FIELD in (refused.stderr + refused.stdout), refused
 
         apply_current_crd(cluster)
@@ -73,8 +80,8 @@ def test_job_survives_a_server_side_crd_upgrade(cluster: Cluster, release: h.Rel
         assert after is not None and after["metadata"]["uid"] == uid, "the job did not survive the CRD upgrade"
         assert after["spec"]["partitions"] == job["spec"]["partitions"]
         # The new field is accepted, stored and validated (minimum 0).
-        cluster.kubectl("patch", h.RESOURCE, name, "-n", namespace, "--type=merge", "-p", patch,
-                        "--validate=strict")
+        accepted = _apply_strict(cluster, namespace, with_field)
+        assert accepted.returncode == 0, accepted.stderr
         got = h.get_job(cluster, namespace, name)
         assert got is not None and got["spec"]["runPolicy"].get(FIELD) == 3600, got and got["spec"]
         bad = cluster.kubectl("patch", h.RESOURCE, name, "-n", namespace, "--type=merge", "-p",

@@ -175,10 +175,14 @@ def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, na
             ready = [p for p in h.operator_pods(cluster, release) if not p["metadata"].get("deletionTimestamp")
                      and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
             return ready if len(ready) == 2 else None
-        cluster.wait_for(two_ready, h.scaled(120), "two operator replicas Ready (the follower answers /healthz)")
-        leader = cluster.wait_for(lambda: _lease_holder(cluster, release) or None, h.scaled(60), "a leader")
-        follower = next(p["metadata"]["name"] for p in h.operator_pods(cluster, release)
-                        if p["metadata"]["name"] != leader)
+        # Wait until one of the two Ready pods holds the Lease (if scaling replaced the leader,
+        # its Lease must expire first).
+        def leader_among_ready() -> tuple[str, str] | None:
+            names = [p["metadata"]["name"] for p in two_ready() or []]
+            holder = _lease_holder(cluster, release)
+            return (holder, next(n for n in names if n != holder)) if holder in names else None
+        leader, follower = cluster.wait_for(leader_among_ready, h.scaled(120),
+                                            "two operator replicas Ready, one holding the Lease")
 
         def inject(job: dict[str, Any]) -> bool:
             if not restarted and h.phase(job) == "Running" and h.progress(job).get("epoch", 0) >= 2:
