@@ -105,6 +105,48 @@ def test_deleting_job_collects_children(cluster: Cluster, release: h.Release, ha
         raise AssertionError(f"{e}; still there:\n{left}{h.diagnostics(cluster, ns, name, release)}") from None
 
 
+def test_suspended_longer_than_the_deadline_then_resumed_succeeds(
+        cluster: Cluster, release: h.Release, namespace: str) -> None:
+    """activeDeadlineSeconds counts active time only: a job suspended mid-run for longer than its
+    deadline resumes (from the checkpoint the aggregator wrote on SIGTERM) and Succeeds."""
+    name = f"susp-{uuid.uuid4().hex[:5]}"
+    deadline = int(h.scaled(60))
+    manifest = h.job_manifest(name, epochs=8, rounds_every=3, runPolicy={"activeDeadlineSeconds": deadline})
+    suspended: dict[str, Any] = {}
+
+    def suspend_then_resume(job: dict[str, Any]) -> bool:
+        if not suspended and h.phase(job) == "Running" and h.progress(job).get("epoch", 0) >= 1:
+            suspended.update(epoch=h.progress(job)["epoch"], at=time.time())
+            cluster.kubectl("patch", h.RESOURCE, name, "-n", namespace, "--type=merge",
+                            "-p", '{"spec": {"runPolicy": {"suspend": true}}}')
+            return False
+        if suspended and "resumed" not in suspended:
+            if h.phase(job) != "Suspended" or time.time() - suspended["at"] < deadline + 5:
+                return False
+            assert not [p for p in h.job_pods(cluster, namespace, name)
+                        if p["metadata"]["labels"].get(h.LABEL_ROLE) != "prepare"], "pods left while suspended"
+            suspended["resumed"] = time.time()
+            cluster.kubectl("patch", h.RESOURCE, name, "-n", namespace, "--type=merge",
+                            "-p", '{"spec": {"runPolicy": {"suspend": false}}}')
+            return True
+        return False
+
+    run = h.run_job(cluster, namespace, manifest, release, during=suspend_then_resume)
+    st = run.job["status"]
+    diag = h.diagnostics(cluster, namespace, name, release)
+    assert "Suspended" in run.watched_phases and run.watched_phases[-1] == "Succeeded", (run.watched_phases, diag)
+    assert st.get("restarts", 0) == 0 and st["progress"]["epoch"] == 8, diag
+    # The deadline clock restarted at the resume; the suspension alone outlasted it.
+    assert suspended["resumed"] - suspended["at"] > deadline
+    assert st["activeSince"] >= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(suspended["resumed"] - 1)), st
+    reasons = [e["reason"] for e in h.events(cluster, namespace, "GrappaJob", name)]
+    assert "Suspended" in reasons and "Resumed" in reasons and "DeadlineExceeded" not in reasons, reasons
+    # The resumed group went on from the stop's checkpoint: no completed epoch lost.
+    log = h.aggregator_log(cluster, namespace, name)
+    resumed = [int(m) for m in re.findall(r"resuming from \S+ \(epoch (\d+)\)", log)]
+    assert resumed and resumed[-1] >= suspended["epoch"], (resumed, suspended, log[-3000:])
+
+
 def test_worker_killed_resumes_from_checkpoint(cluster: Cluster, release: h.Release, namespace: str) -> None:
     name = f"kill-{uuid.uuid4().hex[:5]}"
     manifest = h.job_manifest(name, epochs=10, rounds_every=3)
