@@ -474,6 +474,17 @@ def run_job(cluster: Cluster, ns: str, manifest: dict[str, Any], rel: Release | 
     return run
 
 
+def run_job_watched(cluster: Cluster, ns: str, manifest: dict[str, Any], rel: Release | None,
+                    during: Callable[[dict[str, Any]], bool]) -> tuple[JobRun, PodWatch]:
+    """run_job while a PodWatch records every pod the job ever had (duplicates, attempts)."""
+    watch = PodWatch(cluster, ns, manifest["metadata"]["name"])
+    watch.start()
+    try:
+        return run_job(cluster, ns, manifest, rel, during=during), watch
+    finally:
+        watch.stop()
+
+
 def aggregator_log(cluster: Cluster, ns: str, job: str) -> str:
     return cluster.container_log(ns, f"{job}-aggregator", "grappa")
 

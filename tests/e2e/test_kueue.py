@@ -100,7 +100,7 @@ def _delete_queues(cluster: Cluster, ns: str, flavor: str) -> None:
 
 def _queued_job(name: str, queue: str) -> dict[str, Any]:
     # 3 pods x 100m: one job fits the 500m ClusterQueue, two do not.
-    job = h.job_manifest(name, epochs=3, rounds_every=2, partitions=2)
+    job = h.job_manifest(name, epochs=2, rounds_every=2, partitions=2)
     job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
     return job
 
@@ -151,7 +151,7 @@ def test_second_job_waits_for_the_first_then_both_succeed(
     for name, job in (("first", first_done), ("second", second)):
         st = job["status"]
         assert st["queue"]["admitted"] and st["queue"]["clusterQueue"] == flavor, st
-        assert h.progress(job)["epoch"] == 3, st
+        assert h.progress(job)["epoch"] == 2, st
         assert h.conditions(job)["Queued"]["status"] == "False"
         # The flavor's node placement is on every pod, and the pods ran on that node.
         for pod in h.job_pods(cluster, namespace, name):

@@ -61,7 +61,7 @@ def test_operator_metrics_through_port_forward(cluster: Cluster, release: h.Rele
 def test_trainer_metrics_through_port_forward(cluster: Cluster, release: h.Release, namespace: str) -> None:
     """A job kept training long enough to forward to its aggregator (rank 0) while it runs."""
     name = f"pf-{uuid.uuid4().hex[:6]}"
-    job = h.job_manifest(name, epochs=200)
+    job = h.job_manifest(name, epochs=200, partitions=1)  # one worker: the aggregator starts sooner
     cluster.apply(json.dumps(h.storage_claim()), namespace)
     h.apply_file(cluster, namespace, job)
     try:

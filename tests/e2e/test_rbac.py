@@ -30,6 +30,12 @@ OPERATOR_ALLOWED = {
     "events.events.k8s.io": {"create", "patch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
+    # Kueue (chart value kueue.enabled): the Workloads it files, and what an admission refers to
+    "workloads.kueue.x-k8s.io": {"get", "create", "patch"},
+    "workloads.kueue.x-k8s.io/status": {"patch"},
+    "resourceflavors.kueue.x-k8s.io": {"get"},
+    "workloadpriorityclasses.kueue.x-k8s.io": {"get"},
+    "priorityclasses.scheduling.k8s.io": {"get"},
 }
 # Granted to every authenticated identity by the default ClusterRoles (system:basic-user,
 # system:discovery, system:public-info-viewer): not the chart's doing.
@@ -84,6 +90,15 @@ def test_operator_rules_are_exactly_the_documented_ones(cluster: Cluster, releas
     assert not too_much, f"operator may do more than documented: {too_much}"
     for r in ("grappajobs.grappa.dev", "pods"):
         assert got.get(r) == OPERATOR_ALLOWED[r], (r, got.get(r))
+
+
+def test_leader_lease_only_in_the_release_namespace(cluster: Cluster, release: h.Release,
+                                                     scratch_ns: str) -> None:
+    user, lease = release.sa_user(), f"leases.coordination.k8s.io/{release.fullname}-leader"
+    assert can(cluster, user, "update", lease, release.namespace)
+    assert can(cluster, user, "create", "leases.coordination.k8s.io", release.namespace)
+    assert not can(cluster, user, "update", "leases.coordination.k8s.io/someone-elses", release.namespace)
+    assert not can(cluster, user, "update", lease, scratch_ns)
 
 
 @pytest.mark.parametrize("verb,resource,sub", [
