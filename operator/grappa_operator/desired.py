@@ -89,9 +89,12 @@ def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
             if env.name in s.RESERVED_ENV:
                 raise SpecError("InvalidSpec", f"spec.{role}.env[{i}].name: {env.name} is set by "
                                 "the operator and cannot be overridden")
-    # A template that touches what the operator owns is refused before any object exists.
-    pod(job, spec, s.ROLE_AGGREGATOR, 0, 0)
-    pod(job, spec, s.ROLE_WORKER, 1, 0)
+    # A template that touches what the operator owns is refused before any object exists (the
+    # merge with the operator's pod finds it; built only when there is a template to check).
+    if spec.aggregator.template.model_dump(exclude_defaults=True):
+        pod(job, spec, s.ROLE_AGGREGATOR, 0, 0)
+    if spec.worker.template.model_dump(exclude_defaults=True):
+        pod(job, spec, s.ROLE_WORKER, 1, 0)
 
 
 # ---- paths and config ---------------------------------------------------------------------

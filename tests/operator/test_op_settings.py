@@ -17,15 +17,15 @@ def free_port() -> int:
 
 def test_servers_bind_all_interfaces_even_in_a_pod(monkeypatch):
     # POD_IP is what the chart used to bind to: port-forward (127.0.0.1 in the pod) was refused.
-    monkeypatch.setenv("POD_IP", "10.1.2.3")
+    monkeypatch.setenv("POD_IP", "127.0.0.2")  # not 127.0.0.1: binding it would refuse 127.0.0.1
     monkeypatch.delenv("GRAPPA_BIND_ADDRESS", raising=False)
     assert OperatorSettings.from_env().bind_address == "0.0.0.0"
     assert parse_args([]).bind_address == "0.0.0.0"
 
 
 def test_bind_address_override(monkeypatch):
-    monkeypatch.setenv("GRAPPA_BIND_ADDRESS", "10.1.2.3")
-    assert parse_args([]).bind_address == "10.1.2.3"
+    monkeypatch.setenv("GRAPPA_BIND_ADDRESS", "127.0.0.3")
+    assert parse_args([]).bind_address == "127.0.0.3"
     assert parse_args(["--bind-address", "::"]).bind_address == "::"
     monkeypatch.setenv("GRAPPA_BIND_ADDRESS", "  ")
     assert parse_args([]).bind_address == "0.0.0.0"

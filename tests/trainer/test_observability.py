@@ -37,7 +37,7 @@ def test_metrics_are_served_with_project_names():
 
 def test_metrics_bind_all_interfaces_in_a_pod(monkeypatch):
     # port-forward connects to 127.0.0.1 inside the pod: a server on $POD_IP only would refuse it.
-    monkeypatch.setenv("POD_IP", "10.1.2.3")
+    monkeypatch.setenv("POD_IP", "127.0.0.2")  # not 127.0.0.1: binding it would refuse 127.0.0.1
     monkeypatch.delenv("GRAPPA_BIND_ADDRESS", raising=False)
     m = TrainerMetrics(rank=1, job="pf")
     port = free_port()

@@ -50,12 +50,20 @@ def launch(tmp_path: Path, cfg: TrainConfig, after_epochs: int) -> subprocess.Po
         [sys.executable, "-m", "grappa", "train", "--config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
-    deadline = time.monotonic() + 180
-    while len(epochs_of(records(cfg))) < after_epochs:
+    def started() -> bool:
         assert launcher.poll() is None, launcher.stdout.read()
-        assert time.monotonic() < deadline, "training never started"
-        time.sleep(0.05)
+        return len(epochs_of(records(cfg))) >= after_epochs
+    wait_until(started, 180, "training never started", interval=0.05)
     return launcher
+
+
+def wait_until(done, limit_s: float, what: str, interval: float = 0.1) -> None:
+    """Poll `done()`; a guard against a hang (fails with `what` after `limit_s`), not a timing claim."""
+    end = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > end:
+            pytest.fail(f"{what} (after {limit_s:.0f} s)")
+        time.sleep(interval)
 
 
 def gone(pid: int) -> bool:
@@ -117,10 +125,7 @@ def test_sigterm_saves_while_the_aggregator_waits_on_a_stuck_worker(tmp_path):
         time.sleep(1.0)  # the aggregator is now inside a receive from worker 0
         reported = len(epochs_of(records(cfg)))
         os.kill(pids[0], signal.SIGTERM)
-        deadline = time.monotonic() + 120
-        while not gone(pids[0]):
-            assert time.monotonic() < deadline, "the aggregator did not exit while a worker was stuck"
-            time.sleep(0.1)
+        wait_until(lambda: gone(pids[0]), 120, "the aggregator did not exit while a worker was stuck")
     finally:
         os.kill(pids[1], signal.SIGCONT)
     out, _ = launcher.communicate(timeout=120)
