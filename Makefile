@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd bench-accuracy bench-network bench-strategies bench-scale clean-data
+.PHONY: venv demo test test-unit crd bench-accuracy bench-network bench-strategies bench-scale bench-peer peer-env clean-data
 
 venv: $(VENV)/.ready
 
@@ -26,6 +26,7 @@ demo: venv
 # and fails the run if anything left the bed's bridges or is left behind.
 test: venv
 	hack/install-test-deps.sh
+	hack/peer-env.sh >/dev/null || echo ">> the DistDGL peer environment could not be built: its smoke test will skip and say why" >&2
 	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/kind/bed.sh run --early -- $(PY) -m pytest -q --durations=15 tests
 
 test-unit: venv
@@ -70,6 +71,22 @@ bench-scale: venv
 	$(PY) bench/train_scale.py --scales 10,19,20 --archs sage,gcn --modes full-graph
 	$(PY) bench/train_scale.py --scales 10,19,20 --archs gat,gin --modes mini-batch
 	$(PY) bench/layers.py
+
+# DistDGL's own environment (dgl 2.1.0, torch 2.1, numpy < 2), cached by its lock's hash like ours.
+peer-env:
+	hack/peer-env.sh
+
+# docs/results/peer.md: Grappa vs DistDGL vs the full-communication mode (bench/peer.py). Needs root
+# for `ip netns`, and the datasets under $$GRAPPA_DATA_ROOT (coauthor/Physics/raw). Each line resumes.
+bench-peer: venv peer-env
+	$(PY) bench/peer.py --datasets rmat,coauthor-physics --partitions 4,8 --presets 1gbit --layers 3 --repeats 3 --systems grappa,distdgl --epochs 3
+	$(PY) bench/peer.py --datasets rmat,coauthor-physics --partitions 2 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl --epochs 3
+	$(PY) bench/peer.py --datasets rmat,coauthor-physics --partitions 4,8 --presets 100mbit --layers 3 --repeats 1 --systems grappa,distdgl --epochs 3
+	$(PY) bench/peer.py --datasets rmat --partitions 4,8 --presets 1gbit --layers 3 --repeats 1 --systems full --epochs 3
+	$(PY) bench/peer.py --datasets coauthor-physics --partitions 4 --presets 1gbit --layers 3 --repeats 1 --systems full --epochs 3
+	$(PY) bench/peer.py --datasets rmat --partitions 8 --presets 1gbit --layers 3 --repeats 1 --systems distdgl-random --epochs 3
+	$(PY) bench/peer.py --experiment accuracy --datasets rmat --partitions 4 --presets 1gbit --layers 2,3,4 --repeats 1 --systems grappa,distdgl --epochs 8
+	$(PY) bench/peer.py --experiment accuracy --datasets coauthor-physics --partitions 4 --presets 1gbit --layers 2,3,4 --repeats 1 --systems grappa,distdgl --epochs 30
 
 clean-data:
 	rm -rf .data runs

@@ -122,7 +122,7 @@ class Aggregator:
     def train_epoch(self, epoch: int, rinfo: dict, do_eval: bool) -> dict:
         self.command(proto.control(proto.CMD_EPOCH, epoch, rinfo["round"], rinfo["pairing_seed"],
                                    rinfo["steps"], do_eval, rinfo["wbar"]))
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         size = self.n_params + self.n_buf + proto.STEP_SCALARS
         loss_sum = seeds = correct = 0.0
         reduce_s = step_s = 0.0
@@ -150,6 +150,9 @@ class Aggregator:
         return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),
                 "reducer_seconds": reduce_s, "step_seconds": step_s,
                 "train_seconds": time.perf_counter() - started,
+                # wall-clock bounds, so outside observers (bench/probe.py) can attribute their own
+                # per-machine counters to this epoch
+                "started_at": started_at, "ended_at": time.time(),
                 # per worker: training traffic (gradients + parameters) and fetched rows, both ways
                 "worker_train_bytes": [int(r[0] + r[1]) for r in reports],
                 "worker_fetch_bytes": [int(r[2] + r[3]) for r in reports],

@@ -1,0 +1,100 @@
+"""Cluster-time model: what an epoch would take if every machine had cores of its own.
+
+On this 2-core machine the P + 1 (Grappa) or 2P (DistDGL) processes share the cores, which hides
+what a cluster would show. From a measured epoch we take, per machine, the CPU seconds of its
+processes and the bytes its link carried (bench/probe.py), and model
+
+    T = max_m cpu_m  +  max_m link_m / rate  +  steps * round_trips * latency
+
+where link_m is sent + received for systems whose phases take turns on a link (Grappa: gradients
+up, then parameters down through the aggregator's link) and max(sent, received) for systems whose
+machines send and receive at once (DistDGL: every machine serves features while it pulls its own).
+
+Projections to P' machines scale the per-step quantities of the largest measured run. In mini-batch
+training a worker's step handles `seeds(P) = min(batch, n_train / P)` seeds, so its compute (and,
+for DistDGL, the neighbourhood it samples and pulls) is taken proportional to seeds(P); DistDGL's
+remote share of a sampled neighbourhood grows as (P - 1) / P; Grappa's messages are the model's
+size, whatever P, and its aggregator reduces and serves P of them per step. All of it is a model:
+everything computed here is labelled a projection where it is shown.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DUPLEX = {"distdgl": True, "distdgl-random": True, "grappa": False}
+
+
+def round_trips(system: str, machines: int, layers: int) -> int:
+    """Sequential message exchanges per step: Grappa pushes a gradient and gets parameters back;
+    DistDGL samples one hop per layer, pulls features, then all-reduces (a ring of 2(P-1) steps)."""
+    if system.startswith("distdgl"):
+        return layers + 1 + 2 * (machines - 1)
+    return 2
+
+
+def link_bytes(machine: dict, duplex: bool) -> int:
+    s, r = machine["sent_bytes"], machine["received_bytes"]
+    return max(s, r) if duplex else s + r
+
+
+def epoch_time(machines: list[dict], system: str, rate_bytes_s: float, steps: int = 0,
+               layers: int = 0, latency_s: float = 0.0) -> float:
+    duplex = DUPLEX[system]
+    compute = max(m["cpu_seconds"] for m in machines)
+    transfer = max(link_bytes(m, duplex) for m in machines) / rate_bytes_s
+    return compute + transfer + steps * round_trips(system, len(machines), layers) * latency_s
+
+
+def seeds_per_step(n_train: int, machines: int, batch: int) -> float:
+    return min(batch, n_train / machines)
+
+
+def steps_per_epoch(n_train: int, machines: int, batch: int) -> int:
+    return max(1, math.ceil(n_train / (machines * batch)))
+
+
+@dataclass
+class StepProfile:
+    """Per-step figures of one measured epoch, split by role."""
+    system: str
+    machines: int  # workers (Grappa) or machines (DistDGL)
+    steps: int
+    worker_cpu: float  # the busiest worker machine's CPU seconds per step
+    worker_sent: float
+    worker_received: float
+    agg_cpu: float = 0.0  # Grappa's aggregator machine, per step
+    agg_sent: float = 0.0
+    agg_received: float = 0.0
+
+
+def profile(system: str, machines: list[dict], steps: int) -> StepProfile:
+    """Grappa's machine 0 is the aggregator; DistDGL's machines are all alike."""
+    workers = machines if system.startswith("distdgl") else machines[1:]
+    busiest = max(workers, key=lambda m: m["cpu_seconds"])
+    prof = StepProfile(system, len(workers), steps, busiest["cpu_seconds"] / steps,
+                       max(m["sent_bytes"] for m in workers) / steps,
+                       max(m["received_bytes"] for m in workers) / steps)
+    if not system.startswith("distdgl"):
+        agg = machines[0]
+        prof.agg_cpu, prof.agg_sent, prof.agg_received = (
+            agg["cpu_seconds"] / steps, agg["sent_bytes"] / steps, agg["received_bytes"] / steps)
+    return prof
+
+
+def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple[list[dict], int]:
+    """Per-machine epoch figures at `machines` workers, scaled from `prof` (see the module doc)."""
+    steps = steps_per_epoch(n_train, machines, batch)
+    seeds = seeds_per_step(n_train, machines, batch) / seeds_per_step(n_train, prof.machines, batch)
+    if prof.system.startswith("distdgl"):
+        remote = ((machines - 1) / machines) / max((prof.machines - 1) / prof.machines, 1e-9)
+        one = {"cpu_seconds": steps * prof.worker_cpu * seeds,
+               "sent_bytes": int(steps * prof.worker_sent * seeds * remote),
+               "received_bytes": int(steps * prof.worker_received * seeds * remote)}
+        return [one] * machines, steps
+    fan = machines / prof.machines  # the aggregator serves every worker each step
+    agg = {"cpu_seconds": steps * prof.agg_cpu * fan, "sent_bytes": int(steps * prof.agg_sent * fan),
+           "received_bytes": int(steps * prof.agg_received * fan)}
+    worker = {"cpu_seconds": steps * prof.worker_cpu * seeds, "sent_bytes": int(steps * prof.worker_sent),
+              "received_bytes": int(steps * prof.worker_received)}
+    return [agg] + [worker] * machines, steps

@@ -1,0 +1,312 @@
+"""docs/results/peer.md and its plots, from docs/results/peer-runs.json (bench/peer.py)."""
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, also when loaded by path
+import cluster_model as cm  # noqa: E402
+from netns import PRESETS, rate_bytes_per_s  # noqa: E402
+
+SYSTEMS = ("grappa", "distdgl", "full")
+LABEL = {"grappa": "Grappa", "distdgl": "DistDGL", "distdgl-random": "DistDGL, random partitions",
+         "full": "full-comm (full-graph)"}
+PROJECT_TO = (8, 16, 64)
+PROJECT_RATES = ("1gbit", "10gbit")
+LATENCY = 1e-4  # seconds per round trip, for the latency column of the projections
+MB = 1e6
+
+
+def groups(runs: dict, experiment: str) -> dict:
+    out = defaultdict(list)
+    for key, rec in runs.items():
+        exp, ds, p, layers, system, preset, _ = key.split("|")
+        if exp == experiment and "error" not in rec:
+            out[(ds, int(p), int(layers), system, preset)].append(rec)
+    return out
+
+
+def errors(runs: dict) -> list[str]:
+    return [f"`{k}`: {r['error'].strip().splitlines()[-1][:200]}" for k, r in sorted(runs.items()) if "error" in r]
+
+
+def med(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(v, spec=".2f", none="–") -> str:
+    return none if v is None else format(v, spec)
+
+
+def steady_epochs(rec: dict) -> list[dict]:
+    return rec["epochs"][1:] or rec["epochs"]
+
+
+def median_job(recs: list[dict]) -> dict:
+    return sorted(recs, key=lambda r: r["epoch_seconds"])[len(recs) // 2]
+
+
+def median_epoch(rec: dict) -> dict:
+    eps = sorted(steady_epochs(rec), key=lambda e: e["train_seconds"])
+    return eps[len(eps) // 2]
+
+
+def train_nodes(runs: dict, dataset: str) -> Optional[int]:
+    for key, rec in runs.items():
+        if key.split("|")[1] == dataset and rec.get("train_nodes"):
+            return rec["train_nodes"]
+    return None
+
+
+def validation(g: dict) -> list[dict]:
+    """Model at the measured link rate, no latency (the links have none), against the measured
+    epoch, per job: the median over its steady epochs of model / measured - 1."""
+    rows = []
+    for (ds, p, layers, system, preset), recs in sorted(g.items()):
+        if system not in cm.DUPLEX or PRESETS.get(preset) is None:
+            continue
+        rate = rate_bytes_per_s(PRESETS[preset])
+        errs, model, measured = [], [], []
+        for rec in recs:
+            per = [(cm.epoch_time(e["machines"], system, rate, e["steps"] or 1, layers), e["train_seconds"])
+                   for e in steady_epochs(rec)]
+            errs.append(med(m / t - 1 for m, t in per))
+            model.append(med(m for m, _ in per))
+            measured.append(med(t for _, t in per))
+        rows.append({"dataset": ds, "p": p, "layers": layers, "system": system, "preset": preset,
+                     "model": med(model), "measured": med(measured), "error": med(errs), "jobs": len(recs)})
+    return rows
+
+
+def projections(g: dict, runs: dict) -> list[dict]:
+    """From each (dataset, layers)'s largest measured P at 1 Gbit/s: both systems at PROJECT_TO."""
+    rows = []
+    keys = {(ds, layers) for (ds, _, layers, s, preset) in g if preset == "1gbit" and s != "full"}
+    for ds, layers in sorted(keys):
+        n_train = train_nodes(runs, ds)
+        ps = [p for (d, p, l_, s, pr) in g if d == ds and l_ == layers and pr == "1gbit"
+              and (d, p, l_, "grappa", pr) in g and (d, p, l_, "distdgl", pr) in g]
+        if not ps or not n_train:
+            continue
+        base = max(ps)
+        profs = {}
+        for system in ("grappa", "distdgl"):
+            rec = median_job(g[(ds, base, layers, system, "1gbit")])
+            ep = median_epoch(rec)
+            profs[system] = (cm.profile(system, ep["machines"], ep["steps"] or 1), rec["batch_size"])
+        for p in PROJECT_TO:
+            for preset in PROJECT_RATES:
+                rate = rate_bytes_per_s(PRESETS[preset])
+                row = {"dataset": ds, "layers": layers, "from_p": base, "p": p, "preset": preset}
+                for system, (prof, batch) in profs.items():
+                    machines, steps = cm.project(prof, p, n_train, batch)
+                    row[system] = cm.epoch_time(machines, system, rate, steps, layers)
+                    row[system + "_lat"] = cm.epoch_time(machines, system, rate, steps, layers, LATENCY)
+                row["ratio"] = row["distdgl"] / row["grappa"]
+                row["ratio_lat"] = row["distdgl_lat"] / row["grappa_lat"]
+                rows.append(row)
+    return rows
+
+
+def accuracy_rows(runs: dict) -> list[dict]:
+    g = groups(runs, "accuracy")
+    rows = []
+    for ds, p, layers, preset in sorted({(k[0], k[1], k[2], k[4]) for k in g}):
+        recs = {s: g.get((ds, p, layers, s, preset), [None])[0] for s in ("grappa", "distdgl")}
+        if not all(recs.values()):
+            continue
+        totals = {s: r["curve"][-1]["cum_seconds"] for s, r in recs.items()}
+        budget = min(totals.values())
+        row = {"dataset": ds, "p": p, "layers": layers, "preset": preset, "budget": budget,
+               "epochs": recs["grappa"]["epochs_run"]}
+        for s, r in recs.items():
+            row[s + "_epochs_acc"] = best_val_test(r["curve"])
+            row[s + "_budget_acc"] = best_val_test(r["curve"], budget=budget)
+            row[s + "_budget_epochs"] = sum(1 for c in r["curve"] if c["cum_seconds"] <= budget + 1e-9)
+            row[s + "_total"] = totals[s]
+        rows.append(row)
+    return rows
+
+
+def best_val_test(curve: list[dict], budget: Optional[float] = None) -> Optional[float]:
+    pts = [c for c in curve if c.get("val_acc") is not None and (budget is None or c["cum_seconds"] <= budget + 1e-9)]
+    return max(pts, key=lambda c: c["val_acc"])["test_acc"] if pts else None
+
+
+def timing_rows(g: dict) -> list[dict]:
+    rows = []
+    for (ds, p, layers, system, preset), recs in sorted(g.items()):
+        ours = med(r.get("ours_worker_bytes_per_epoch") for r in recs)
+        rows.append({"dataset": ds, "p": p, "layers": layers, "system": system, "preset": preset,
+                     "jobs": len(recs), "epoch": med(r["epoch_seconds"] for r in recs),
+                     "spread": (min(r["epoch_seconds"] for r in recs), max(r["epoch_seconds"] for r in recs)),
+                     "kernel": med(r["kernel_bytes_per_epoch"] for r in recs), "ours": ours,
+                     "acc": med(r.get("test_acc") for r in recs),
+                     "cpu": med(max(m["cpu_seconds"] for m in median_epoch(r)["machines"]) for r in recs),
+                     "steps": recs[0]["epochs"][-1].get("steps")})
+    return rows
+
+
+def ratio_rows(rows: list[dict]) -> list[dict]:
+    by = {(r["dataset"], r["p"], r["layers"], r["system"], r["preset"]): r for r in rows}
+    out = []
+    for (ds, p, layers, system, preset), r in sorted(by.items()):
+        d = by.get((ds, p, layers, "distdgl", preset))
+        if system == "grappa" and d:
+            out.append({"dataset": ds, "p": p, "layers": layers, "preset": preset, "grappa": r, "distdgl": d,
+                        "full": by.get((ds, p, layers, "full", preset)), "ratio": d["epoch"] / r["epoch"]})
+    return out
+
+
+def plot(rows: list[dict], proj: list[dict], acc_runs: dict, out: Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    cells = [r for r in rows if r["system"] in SYSTEMS]
+    if cells:
+        labels = sorted({(r["dataset"], r["p"], r["preset"]) for r in cells})
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+        for ax, field, title in ((axes[0], "epoch", "epoch time, s (median of jobs)"),
+                                 (axes[1], "kernel", "busiest machine's bytes per epoch, MB (kernel)")):
+            width = 0.27
+            for i, system in enumerate(SYSTEMS):
+                vals = []
+                for lab in labels:
+                    r = next((c for c in cells if (c["dataset"], c["p"], c["preset"]) == lab
+                              and c["system"] == system), None)
+                    v = None if r is None else r[field]
+                    vals.append(0 if v is None else (v / MB if field == "kernel" else v))
+                ax.bar([x + (i - 1) * width for x in range(len(labels))], vals, width, label=LABEL[system])
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels([f"{d}\nP={p} {pr}" for d, p, pr in labels], fontsize=7)
+            ax.set_yscale("log")
+            ax.set_title(title, fontsize=10)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "peer-time-bytes.png", dpi=110)
+        plt.close(fig)
+        written.append("peer-time-bytes.png")
+    if proj:
+        pairs = sorted({(r["dataset"], r["layers"]) for r in proj})
+        fig, axes = plt.subplots(1, len(pairs), figsize=(5.5 * len(pairs), 4), squeeze=False)
+        for ax, (ds, layers) in zip(axes[0], pairs):
+            for preset, style in zip(PROJECT_RATES, ("-", "--")):
+                pts = [r for r in proj if (r["dataset"], r["layers"], r["preset"]) == (ds, layers, preset)]
+                for system in ("grappa", "distdgl"):
+                    ax.plot([r["p"] for r in pts], [r[system] for r in pts], style, marker="o",
+                            label=f"{LABEL[system]} {preset}")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("machines (P)")
+            ax.set_ylabel("projected epoch time, s")
+            ax.set_title(f"PROJECTION (cluster-time model): {ds}, {layers} layers", fontsize=9)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "peer-projection.png", dpi=110)
+        plt.close(fig)
+        written.append("peer-projection.png")
+    if acc_runs:
+        keys = sorted(acc_runs)
+        fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+        for ax, key in zip(axes[0], keys):
+            for system, rec in sorted(acc_runs[key].items()):
+                pts = [(c["cum_seconds"], c["test_acc"]) for c in rec["curve"] if c.get("test_acc") is not None]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=LABEL[system])
+            ds, p, layers = key
+            ax.set_title(f"{ds}, P={p}, {layers} layers", fontsize=9)
+            ax.set_xlabel("training time, s (1 Gbit/s)")
+            ax.set_ylabel("test accuracy")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "peer-accuracy.png", dpi=110)
+        plt.close(fig)
+        written.append("peer-accuracy.png")
+    return written
+
+
+def render(runs: dict, out: Path, notes: str = "") -> Path:
+    g = groups(runs, "timing")
+    rows = timing_rows(g)
+    ratios = ratio_rows(rows)
+    val = validation(g)
+    proj = projections(g, runs)
+    acc = accuracy_rows(runs)
+    acc_runs = defaultdict(dict)
+    for (ds, p, layers, system, preset), recs in groups(runs, "accuracy").items():
+        acc_runs[(ds, p, layers)][system] = recs[0]
+    plots = plot(rows, proj, acc_runs, out)
+    md = ["# Peer benchmark: Grappa vs DistDGL vs our full-communication mode", "",
+          "Generated by `bench/render_peer.py` from `peer-runs.json`; the commands are in "
+          "`make bench-peer`. Every figure below is measured on this machine (2 cores, every machine a "
+          "network namespace with tbf-shaped links), except the rows and plots labelled **PROJECTION**, "
+          "which come from the cluster-time model (`bench/cluster_model.py`).", ""]
+    if notes:
+        md += [notes.strip(), ""]
+    md += ["## Epoch time against the target (measured)", "",
+           "| dataset | P | link | layers | Grappa s | DistDGL s | full-comm s | DistDGL ÷ Grappa | jobs (G/D) | target ≥ 4x |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in ratios:
+        f = r["full"]
+        md.append(f"| {r['dataset']} | {r['p']} | {r['preset']} | {r['layers']} | {fmt(r['grappa']['epoch'])} | "
+                  f"{fmt(r['distdgl']['epoch'])} | {fmt(f['epoch']) if f else '–'} | **{r['ratio']:.2f}x** | "
+                  f"{r['grappa']['jobs']}/{r['distdgl']['jobs']} | "
+                  f"{'met' if r['ratio'] >= 4 else 'missed'} |")
+    md += ["", "## Every cell (measured)", "",
+           "Bytes: the busiest machine's link, sent + received, per epoch, by the kernel's counters "
+           "(Grappa's aggregator is a machine); `ours`: Grappa's exact per-worker counters (payload only). "
+           "CPU: the busiest machine's CPU seconds per epoch. Test accuracy after the epochs run (best "
+           "validation epoch), one number per cell: the accuracy section below is the comparison.", "",
+           "| dataset | P | link | layers | system | jobs | epoch s (min-max) | steps | kernel MB/epoch | ours MB/epoch | CPU s | test acc |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['dataset']} | {r['p']} | {r['preset']} | {r['layers']} | {LABEL[r['system']]} | {r['jobs']} | "
+                  f"{fmt(r['epoch'])} ({fmt(r['spread'][0])}-{fmt(r['spread'][1])}) | {r['steps']} | "
+                  f"{fmt(r['kernel'] / MB, '.1f')} | {fmt(None if r['ours'] is None else r['ours'] / MB, '.2f')} | "
+                  f"{fmt(r['cpu'])} | {fmt(r['acc'], '.3f')} |")
+    if acc:
+        md += ["", "## Accuracy: same epochs, same wall-clock (measured)", "",
+               "Test accuracy at the best validation epoch, both systems evaluated by exact full-neighbour "
+               "inference. *Same wall-clock*: the epochs each system finished within the faster system's "
+               "total training time.", "",
+               "| dataset | P | layers | epochs | Grappa (same epochs) | DistDGL (same epochs) | budget s | "
+               "Grappa (budget) | DistDGL (budget) | epochs in budget (G/D) |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in acc:
+            md.append(f"| {r['dataset']} | {r['p']} | {r['layers']} | {r['epochs']} | "
+                      f"{fmt(r['grappa_epochs_acc'], '.3f')} | {fmt(r['distdgl_epochs_acc'], '.3f')} | "
+                      f"{fmt(r['budget'], '.1f')} | {fmt(r['grappa_budget_acc'], '.3f')} | "
+                      f"{fmt(r['distdgl_budget_acc'], '.3f')} | {r['grappa_budget_epochs']}/{r['distdgl_budget_epochs']} |")
+    md += ["", "## Cluster-time model: validation (measured vs model)", "",
+           "Model at the measured link rate and no latency (the links add none) against the measured epoch; "
+           "error = model ÷ measured − 1, median over a job's epochs after the first, then over jobs. "
+           "At P = 2 the machine is least oversubscribed; above it the measured time includes waiting for "
+           "the 2 shared cores, which the model leaves out by design.", "",
+           "| dataset | P | link | layers | system | jobs | model s | measured s | error |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in val:
+        md.append(f"| {r['dataset']} | {r['p']} | {r['preset']} | {r['layers']} | {LABEL[r['system']]} | {r['jobs']} | "
+                  f"{fmt(r['model'])} | {fmt(r['measured'])} | {fmt(r['error'] * 100, '+.0f')}% |")
+    if proj:
+        md += ["", "## PROJECTION: epoch time on P machines", "",
+               "**These are projections of the cluster-time model, not measurements**: per-step figures of "
+               "the largest measured P at 1 Gbit/s, scaled as `bench/cluster_model.py` says. The last "
+               f"columns add {LATENCY * 1e3:.1f} ms per round trip.", "",
+               "| dataset | layers | from P | P | link | Grappa s | DistDGL s | DistDGL ÷ Grappa | "
+               "with latency: Grappa s | DistDGL s | ratio |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in proj:
+            md.append(f"| {r['dataset']} | {r['layers']} | {r['from_p']} | {r['p']} | {r['preset']} | "
+                      f"{fmt(r['grappa'], '.3f')} | {fmt(r['distdgl'], '.3f')} | {r['ratio']:.2f}x | "
+                      f"{fmt(r['grappa_lat'], '.3f')} | {fmt(r['distdgl_lat'], '.3f')} | {r['ratio_lat']:.2f}x |")
+    failed = errors(runs)
+    if failed:
+        md += ["", "## Runs that failed", ""] + [f"- {e}" for e in failed]
+    md += [""] + [f"![{p}]({p})" for p in plots] + [""]
+    path = out / "peer.md"
+    path.write_text("\n".join(md))
+    return path

@@ -1,0 +1,68 @@
+"""Smoke test of the DistDGL peer runner (bench/peer.py): P = 2, a 2,000-node graph, Grappa and
+DistDGL as real processes in throttled namespaces, each machine's bytes and CPU from the probe.
+Skipped only where the peer's environment cannot be built (hack/peer-env.sh says why) or network
+namespaces are not permitted. Asserts bytes, accuracy and teardown, never time."""
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench_modules import load
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    job = load("distdgl_job")
+    try:
+        job.peer_python()
+    except job.PeerUnavailable as err:
+        pytest.skip(f"the DistDGL peer environment cannot be built here: {err}")
+    netns = load("netns")
+    try:
+        netns.ThrottledNetwork(1, None).__enter__().close()
+    except (netns.NetnsUnavailable, FileNotFoundError) as err:
+        pytest.skip(f"network namespaces are not permitted here: {err}")
+    peer = load("peer")
+    return peer.smoke(tmp_path_factory.mktemp("peer"))
+
+
+def test_both_systems_train_the_same_model_settings(smoke):
+    g, d = smoke["grappa"], smoke["distdgl"]
+    assert g["fanouts"] == d["fanouts"] == [25, 10] and g["batch_size"] == d["batch_size"]
+    for rec in (g, d):
+        assert [c["epoch"] for c in rec["curve"]] == [1, 2]
+        assert all(0.0 <= c["test_acc"] <= 1.0 for c in rec["curve"])
+        assert all(e["steps"] >= 1 for e in rec["epochs"])
+    # the same split on both sides: 2,000 nodes, csbm's train share
+    assert g["train_nodes"] == d["train_nodes"] > 0
+
+
+def test_grappa_payload_is_the_gradient_floor_and_the_kernel_saw_at_least_that(smoke):
+    g = smoke["grappa"]
+    network = load("network")
+    steps = sum(e["steps"] for e in g["epochs"])
+    floor = network.floor_bytes(g["parameters"], 0) * steps  # SAGE has no float buffers
+    assert g["ours_worker_bytes_total"] == [floor, floor]
+    # kernel counters of each worker's namespace: the payload plus headers, handshakes, evaluation
+    for machine, ours in zip(g["job_machines"][1:], g["ours_worker_bytes_total"]):
+        assert machine["sent_bytes"] + machine["received_bytes"] > ours
+
+
+def test_probe_attributes_cpu_and_bytes_to_every_machine(smoke):
+    for rec in smoke.values():
+        for m in rec["job_machines"]:
+            assert m["cpu_seconds"] > 0 and m["sent_bytes"] > 0 and m["received_bytes"] > 0
+    d = smoke["distdgl"]
+    # the trainers' own reads of their namespace's counters, per epoch: DGL's RPC and gloo traffic
+    assert all(b > 0 for e in d["epochs"] for b in e["trainer_kernel_bytes"])
+
+
+def test_everything_is_torn_down(smoke):
+    netns = load("netns")
+    for rec in smoke.values():
+        tag = rec["network_tag"]
+        assert [ns for ns in netns.leftovers() if ns.startswith(tag)] == []
+        assert tag not in subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+        assert not list(Path("/dev/shm").glob(f"{tag}-m*"))
+    assert not [p for p in psutil.Process().children(recursive=True) if "distdgl" in " ".join(p.cmdline())]
