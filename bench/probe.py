@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import psutil
 
@@ -38,7 +39,7 @@ class Probe:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _rank(self, pid: int):
+    def _rank(self, pid: int) -> Optional[int]:
         if pid not in self._rank_of:
             try:
                 rank = self.ns_inode.get(_inode(f"/proc/{pid}/ns/net"))
