@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -93,7 +94,7 @@ class DistDGLJob:
         shm = [Path(f"/dev/shm/{self.net.tag}-m{m}") for m in range(self.machines)]
         try:
             for d in shm:
-                d.mkdir()
+                d.mkdir(exist_ok=True)
             for m in range(self.machines):
                 log = open(out / f"server-{m}.log", "w")
                 logs.append(log)
@@ -148,6 +149,18 @@ class DistDGLJob:
         bad = [m for m, t in enumerate(trainers) if t.returncode]
         if bad:
             raise RuntimeError(f"DistDGL trainer {bad[0]} failed:\n{_tail(out / f'trainer-{bad[0]}.log')}")
+
+
+def reap_stale_shm() -> list[str]:
+    """Per-machine /dev/shm folders of runs whose process is gone (a SIGKILL skips the cleanup;
+    they hold copies of the partitions, so they are worth deleting)."""
+    gone = []
+    for d in Path("/dev/shm").glob("gr*-m*"):
+        m = re.match(r"^gr(\d+)-m\d+$", d.name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(str(d))
+    return gone
 
 
 def evaluate(python: str, graph: Path, out: Path, model: dict) -> list[dict]:

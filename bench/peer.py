@@ -158,7 +158,7 @@ class Peer:
 
 
 def network(ranks: int, preset: str) -> ThrottledNetwork:
-    stale = reap_stale()
+    stale = reap_stale() + distdgl_job.reap_stale_shm()
     if stale:
         print(f"removed leftovers of killed runs: {', '.join(stale)}", file=sys.stderr)
     return ThrottledNetwork(ranks, PRESETS[preset])

@@ -30,7 +30,8 @@ def build_graph(path: str):
     g.ndata["feat"] = torch.from_numpy(z["x"])
     g.ndata["label"] = torch.from_numpy(z["y"])
     for split in ("train", "val", "test"):
-        # int8, not bool: DistDGL's fast pull indexes bool tensors out of bounds (what GraphStorm does too)
+        # int8 rather than bool, as GraphStorm stores them for DistDGL (bool was not tried since
+        # the out-of-range pulls we first saw turned out to be the shared /dev/shm, distdgl_job.py)
         g.ndata[f"{split}_mask"] = torch.from_numpy(z[f"{split}_mask"].astype(np.int8))
     return g, int(z["num_classes"])
 
