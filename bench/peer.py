@@ -143,6 +143,8 @@ class Peer:
         with Probe(net) as probe:
             trainers = distdgl_job.DistDGLJob(self.python, net, part, model).run(out)
         first = trainers[0]
+        # the train nodes DGL's node_split handed the trainers: the exported split, all of it?
+        split = sum(json.loads(f.read_text())["train_nodes"] for f in out.glob("trainer-*.json"))
         epochs = per_epoch(probe, first)
         for e, rows in zip(epochs, zip(*trainers)):  # the trainers' own reads of the same counters
             e["trainer_kernel_bytes"] = [r["machine_sent_bytes"] + r["machine_received_bytes"] for r in rows]
@@ -154,7 +156,8 @@ class Peer:
             curve.append({"epoch": e["epoch"], "cum_seconds": t, "val_acc": a.get("val_acc"),
                           "test_acc": a.get("test_acc")})
         return summary("distdgl" if method == "metis" else f"distdgl-{method}", epochs, curve, {
-            "test_acc": best_val_test(curve), "job_machines": probe.window(probe.times[0], probe.times[-1])})
+            "test_acc": best_val_test(curve), "job_machines": probe.window(probe.times[0], probe.times[-1]),
+            "dgl_train_nodes": split})
 
 
 def network(ranks: int, preset: str) -> ThrottledNetwork:
