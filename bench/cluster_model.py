@@ -38,7 +38,7 @@ def link_bytes(machine: dict, duplex: bool) -> int:
     return max(s, r) if duplex else s + r
 
 
-def epoch_time(machines: list[dict], system: str, rate_bytes_s: float, steps: int = 0,
+def modelled_epoch(machines: list[dict], system: str, rate_bytes_s: float, steps: int = 0,
                layers: int = 0, latency_s: float = 0.0) -> float:
     duplex = DUPLEX[system]
     compute = max(m["cpu_seconds"] for m in machines)

@@ -7,7 +7,7 @@ features). The DGL code itself is bench/distdgl/run.py, run by the peer environm
     export_graph(load_dataset(cfg.dataset), work / "g.npz")
     part = partition(py, work / "g.npz", parts=4, method="metis", out=work / "parts")
     with ThrottledNetwork(4, "1gbit") as net:
-        epochs = DistDGLJob(py, net, part["part_config"], model).run(work / "out")
+        trainers = DistDGLJob(py, net, part["part_config"], model).run(work / "out")
 """
 from __future__ import annotations
 
@@ -81,8 +81,9 @@ class DistDGLJob:
                 "--seed", str(m.get("seed", 0))]
 
     def run(self, out: Path) -> list[dict]:
-        """Starts P servers and P trainers, waits for the trainers, returns each trainer's
-        per-epoch records (rank order). Every process is killed on the way out."""
+        """Starts P servers and P trainers, waits for the trainers, returns each trainer's record
+        (rank order: its train node count and per-epoch figures). Every process is killed on the
+        way out."""
         out.mkdir(parents=True, exist_ok=True)
         ip_config = out / "ip_config.txt"
         ip_config.write_text("".join(f"{self.net.address(m)} {SERVER_PORT}\n" for m in range(self.machines)))
@@ -114,7 +115,7 @@ class DistDGLJob:
                              MASTER_PORT=str(MASTER_PORT), RANK=str(m), WORLD_SIZE=str(self.machines))))
             procs += trainers
             self._wait(trainers, procs[:self.machines], out)
-            return [json.loads((out / f"trainer-{m}.json").read_text())["epochs"] for m in range(self.machines)]
+            return [json.loads((out / f"trainer-{m}.json").read_text()) for m in range(self.machines)]
         finally:
             for p in procs:
                 if p.poll() is None:

@@ -233,10 +233,12 @@ def measure_scaling(args, runs: dict, runs_path: Path) -> None:
     measure_series(args, runs, runs_path, "scaling", [f"rmat-{s}" for s in args.scales.split(",")])
 
 
-def save(runs: dict, path: Path, key: str) -> None:
+def save(runs: dict, path: Path, key: str, show: Optional[tuple[str, ...]] = None) -> None:
+    """Writes every run (so a killed grid resumes) and prints the new one, or its `show` fields."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(runs, indent=1, sort_keys=True))
-    print(key, json.dumps(runs[key]), flush=True)
+    rec = runs[key] if show is None else {k: runs[key].get(k) for k in show}
+    print(key, json.dumps(rec), flush=True)
 
 
 if __name__ == "__main__":

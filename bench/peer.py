@@ -36,11 +36,13 @@ from grappa.config import TrainConfig  # noqa: E402
 from grappa.data import load_dataset  # noqa: E402
 from grappa.launcher import LocalJob  # noqa: E402
 from grappa.prepare import prepare_store  # noqa: E402
-from netns import PRESETS, ThrottledNetwork, reap_stale  # noqa: E402
+from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
+from network import save  # noqa: E402
 from probe import Probe  # noqa: E402
 from render_peer import best_val_test, render  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
+SHOWN = ("epoch_seconds", "kernel_bytes_per_epoch", "test_acc", "error")  # printed per run
 DATASETS = {
     "coauthor-physics": {"name": "coauthor-physics"},
     "rmat": {"name": "rmat", "synthetic": {"scale": 17, "numFeatures": 64}},  # 131K nodes, 2.1M edges
@@ -141,10 +143,11 @@ class Peer:
         model = distdgl_model(cfg, int(data.y.max()) + 1)
         part = self.dgl_partitions(dataset, cfg.partitions, method)
         with Probe(net) as probe:
-            trainers = distdgl_job.DistDGLJob(self.python, net, part, model).run(out)
-        first = trainers[0]
+            records = distdgl_job.DistDGLJob(self.python, net, part, model).run(out)
         # the train nodes DGL's node_split handed the trainers: the exported split, all of it?
-        split = sum(json.loads(f.read_text())["train_nodes"] for f in out.glob("trainer-*.json"))
+        split = sum(r["train_nodes"] for r in records)
+        trainers = [r["epochs"] for r in records]
+        first = trainers[0]
         epochs = per_epoch(probe, first)
         for e, rows in zip(epochs, zip(*trainers)):  # the trainers' own reads of the same counters
             e["trainer_kernel_bytes"] = [r["machine_sent_bytes"] + r["machine_received_bytes"] for r in rows]
@@ -216,10 +219,24 @@ def main() -> None:
     runs_path = out / "peer-runs.json"
     runs = json.loads(runs_path.read_text()) if runs_path.exists() else {}
     if not args.render_only:
+        preflight(args.systems.split(","))
         with tempfile.TemporaryDirectory(dir=os.environ.get("GRAPPA_BENCH_TMP")) as tmp:
             measure(args, runs, runs_path, Peer(Path(tmp)))
     notes = ROOT / "bench" / "peer-notes.md"
     print("wrote", render(runs, out, notes.read_text() if notes.exists() else ""))
+
+
+def preflight(systems: list[str]) -> None:
+    """Stops before the grid, with the fix, where every cell would fail the same way."""
+    try:
+        ThrottledNetwork(1, None).__enter__().close()
+    except (NetnsUnavailable, FileNotFoundError) as err:
+        sys.exit(f"bench/peer.py needs network namespaces (root, or CAP_NET_ADMIN and iproute2): {err}")
+    if any(s.startswith("distdgl") for s in systems):
+        try:
+            distdgl_job.peer_python()
+        except distdgl_job.PeerUnavailable as err:
+            sys.exit(f"{err}\nFix: run `make peer-env` (needs PyPI), or leave distdgl out of --systems")
 
 
 def measure(args, runs: dict, runs_path: Path, peer: Peer) -> None:
@@ -240,15 +257,7 @@ def measure(args, runs: dict, runs_path: Path, peer: Peer) -> None:
                             except Exception as err:  # noqa: BLE001 - recorded, the grid goes on
                                 runs[key] = {"system": system, "error": str(err)[-2000:]}
                             runs[key]["epochs_run"] = args.epochs
-                            save(runs, runs_path, key)
-
-
-def save(runs: dict, path: Path, key: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(runs, indent=1, sort_keys=True))
-    r = runs[key]
-    print(key, {k: r.get(k) for k in ("epoch_seconds", "kernel_bytes_per_epoch", "test_acc", "error")},
-          flush=True)
+                            save(runs, runs_path, key, SHOWN)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def validation(g: dict) -> list[dict]:
         rate = rate_bytes_per_s(PRESETS[preset])
         errs, model, measured = [], [], []
         for rec in recs:
-            per = [(cm.epoch_time(e["machines"], system, rate, e["steps"] or 1, layers), e["train_seconds"])
+            per = [(cm.modelled_epoch(e["machines"], system, rate, e["steps"] or 1, layers), e["train_seconds"])
                    for e in steady_epochs(rec)]
             errs.append(med(m / t - 1 for m, t in per))
             model.append(med(m for m, _ in per))
@@ -105,8 +105,8 @@ def projections(g: dict, runs: dict) -> list[dict]:
                 row = {"dataset": ds, "layers": layers, "from_p": base, "p": p, "preset": preset}
                 for system, (prof, batch) in profs.items():
                     machines, steps = cm.project(prof, p, n_train, batch)
-                    row[system] = cm.epoch_time(machines, system, rate, steps, layers)
-                    row[system + "_lat"] = cm.epoch_time(machines, system, rate, steps, layers, LATENCY)
+                    row[system] = cm.modelled_epoch(machines, system, rate, steps, layers)
+                    row[system + "_lat"] = cm.modelled_epoch(machines, system, rate, steps, layers, LATENCY)
                 row["ratio"] = row["distdgl"] / row["grappa"]
                 row["ratio_lat"] = row["distdgl_lat"] / row["grappa_lat"]
                 rows.append(row)

@@ -11,15 +11,15 @@ def machine(cpu: float, sent: int, received: int) -> dict:
     return {"cpu_seconds": cpu, "sent_bytes": sent, "received_bytes": received}
 
 
-def test_epoch_time_is_slowest_compute_plus_busiest_link_plus_latency():
+def test_modelled_epoch_is_slowest_compute_plus_busiest_link_plus_latency():
     cm = load("cluster_model")
     ms = [machine(1.0, 100, 300), machine(2.0, 200, 50)]
     # Grappa's phases take turns on a link: sent + received; DistDGL's overlap: the larger one
-    assert cm.epoch_time(ms, "grappa", rate_bytes_s=100.0) == pytest.approx(2.0 + 400 / 100)
-    assert cm.epoch_time(ms, "distdgl", rate_bytes_s=100.0) == pytest.approx(2.0 + 300 / 100)
+    assert cm.modelled_epoch(ms, "grappa", rate_bytes_s=100.0) == pytest.approx(2.0 + 400 / 100)
+    assert cm.modelled_epoch(ms, "distdgl", rate_bytes_s=100.0) == pytest.approx(2.0 + 300 / 100)
     # DistDGL, 2 machines, 3 layers: 3 sampling hops + 1 pull + a 2-step ring = 6 round trips a step
     assert cm.round_trips("distdgl", 2, 3) == 6 and cm.round_trips("grappa", 5, 3) == 2
-    assert cm.epoch_time(ms, "distdgl", 100.0, steps=4, layers=3, latency_s=0.01) == pytest.approx(5.0 + 4 * 6 * 0.01)
+    assert cm.modelled_epoch(ms, "distdgl", 100.0, steps=4, layers=3, latency_s=0.01) == pytest.approx(5.0 + 4 * 6 * 0.01)
 
 
 def test_projection_at_the_measured_p_gives_back_the_measurement():
