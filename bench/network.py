@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), os.environ.get("PYTHONPATH")]))
 
 from grappa.config import TrainConfig  # noqa: E402
-from grappa.launcher import LocalJob  # noqa: E402
+from grappa.runtime.launcher import LocalJob  # noqa: E402
 from grappa.prepare import prepare_store  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 

@@ -34,7 +34,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), 
 import distdgl_job  # noqa: E402
 from grappa.config import TrainConfig  # noqa: E402
 from grappa.data import load_dataset  # noqa: E402
-from grappa.launcher import LocalJob  # noqa: E402
+from grappa.runtime.launcher import LocalJob  # noqa: E402
 from grappa.prepare import prepare_store  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 from network import save  # noqa: E402

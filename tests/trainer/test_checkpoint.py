@@ -5,8 +5,8 @@ import errno
 import pytest
 import torch
 
-from grappa import checkpoint
-from grappa.checkpoint import LastEpoch, latest_checkpoint, load_checkpoint, save_checkpoint
+from grappa.runtime import checkpoint
+from grappa.runtime.checkpoint import LastEpoch, latest_checkpoint, load_checkpoint, save_checkpoint
 
 
 class DiskFullHalfway:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from grappa.config import TrainConfig
-from grappa.launcher import LocalJob
+from grappa.runtime.launcher import LocalJob
 from grappa.models import GNN
 from grappa.params import num_buffer_values, num_params
 from grappa.prepare import prepare_store
-from grappa.protocol import STEP_SCALARS
+from grappa.runtime.protocol import STEP_SCALARS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from grappa.kube import JobStatus
 from grappa.metrics import TrainerMetrics, metrics_port_for
 from grappa.report import write_report
 from grappa.rounds import Progress, RoundDecision
-from grappa.transport import ByteCounter
+from grappa.runtime.transport import ByteCounter
 
 
 def free_port() -> int:

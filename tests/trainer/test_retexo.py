@@ -11,7 +11,7 @@ import pytest
 
 from grappa.chunks.store import ChunkStore
 from grappa.config import ConfigError, TrainConfig, validate_config
-from grappa.launcher import LocalJob
+from grappa.runtime.launcher import LocalJob
 from grappa.local_graph import build_local_graph
 from grappa.params import num_buffer_values, num_params
 from grappa.prepare import prepare_store

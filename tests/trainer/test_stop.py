@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from grappa.checkpoint import latest_checkpoint, load_checkpoint
+from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from grappa.config import TrainConfig, dump_config
-from grappa.launcher import LocalJob
+from grappa.runtime.launcher import LocalJob
 from grappa.prepare import prepare_store
-from grappa.stop import EXIT_STOPPED
+from grappa.runtime.stop import EXIT_STOPPED
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 24

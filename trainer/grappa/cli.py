@@ -16,7 +16,7 @@ from typing import Optional
 import yaml
 
 from .config import ConfigError, TrainConfig, load_config
-from .stop import EXIT_STOPPED, Stopped
+from .runtime.stop import EXIT_STOPPED, Stopped
 
 EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
 
@@ -93,7 +93,7 @@ def cmd_prepare(cfg: TrainConfig) -> int:
 
 
 def cmd_train(cfg: TrainConfig) -> int:
-    from .launcher import LaunchError, LocalJob
+    from .runtime.launcher import LaunchError, LocalJob
     from .prepare import prepare_store
     print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
     prepare_store(cfg, progress=True)
@@ -138,13 +138,13 @@ def cmd_single(cfg: TrainConfig) -> int:
 
 
 def cmd_aggregator(cfg: TrainConfig) -> int:
-    from .entry import run_aggregator
+    from .runtime.entry import run_aggregator
     run_aggregator(cfg)
     return 0
 
 
 def cmd_worker(cfg: TrainConfig) -> int:
-    from .entry import run_worker
+    from .runtime.entry import run_worker
     run_worker(cfg)
     return 0
 

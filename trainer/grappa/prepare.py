@@ -20,8 +20,8 @@ def prepare_store(cfg: TrainConfig, progress: bool = True) -> dict:
     store = cfg.store_path
     if is_prepared(store, source_id, cfg.num_chunks, cfg.grappa.partition_seed):
         return read_manifest(store)
-    from .sources import open_source
-    source = open_source(cfg.dataset, progress=progress)
+    from .data.open import open_dataset
+    source = open_dataset(cfg.dataset, progress=progress)
     return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
                    feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
                    workers=cfg.prepare.workers, progress=progress)

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .aggregator import apply_messages, make_optimizer
+from .runtime.aggregator import apply_messages, make_optimizer
 from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .data import load_dataset
@@ -20,7 +20,7 @@ from .params import flat_state, load_flat_state, num_buffer_values, num_params
 from .rounds import Progress, RoundDecision, ScheduleRounds, round_seed
 from .single import evaluate_full, full_blocks
 from .strategies import make_strategy
-from .worker import empty_message, pack_message, steps_per_epoch
+from .runtime.worker import empty_message, pack_message, steps_per_epoch
 
 
 class Simulation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grappa.config import BUILTIN_DATASETS, OGB_DATASETS, DatasetConfig
+from grappa.config import OGB_DATASETS, DatasetConfig
 
 from .base import EdgeBlock, EdgePart, GraphSource, NodeBlock
 from .errors import DatasetError
@@ -25,8 +25,7 @@ def dataset_path(cfg: DatasetConfig) -> Path:
 
 
 def open_source(cfg: DatasetConfig, progress: bool = True) -> GraphSource:
-    """The source for a dataset setting. Reads metadata only, except for the small in-memory
-    datasets (built-ins, csbm, file), which are loaded whole as before."""
+    """The streaming source of rmat, OGB or arrays: reads metadata only."""
     if cfg.name == "rmat":
         from .rmat import RmatSource
         s = cfg.synthetic
@@ -42,9 +41,7 @@ def open_source(cfg: DatasetConfig, progress: bool = True) -> GraphSource:
     if cfg.name == "arrays":
         from .arrays import ArraysSource
         return ArraysSource(dataset_path(cfg), cfg.arrays, bool(cfg.add_inverse_edges))
-    if cfg.name in BUILTIN_DATASETS + ("csbm", "file"):
-        from grappa.data import load_dataset
-
-        from .memory import from_data
-        return from_data(cfg.name, load_dataset(cfg))
-    raise DatasetError(f"dataset.name: unknown dataset '{cfg.name}'")  # unreachable after validation
+    # The in-memory datasets (built-ins, csbm, file) are grappa.data's: grappa.data.open_dataset
+    # opens every kind; this package never imports grappa.data, which builds on it.
+    raise DatasetError(f"dataset.name: '{cfg.name}' is not a streaming source; open it with "
+                       "grappa.data.open_dataset")

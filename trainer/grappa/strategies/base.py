@@ -27,7 +27,7 @@ from ..models import GNN
 from ..rounds import RoundDecision, base_chunks
 from ..step import Contribution
 
-log = logging.getLogger("grappa.worker")
+log = logging.getLogger("grappa.runtime.worker")
 
 
 @dataclass

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import protocol as proto
-from ..aggregator import Aggregator, make_optimizer
+from ..runtime import protocol as proto
+from ..runtime.aggregator import Aggregator, make_optimizer
 from ..blocks import owned_block
-from ..checkpoint import latest_checkpoint, load_checkpoint
+from ..runtime.checkpoint import latest_checkpoint, load_checkpoint
 from ..config import ModelConfig, TrainConfig
 from ..fullcomm import build_plan, fetch_rows
 from ..local_graph import LocalGraph
@@ -35,7 +35,7 @@ from ..models.sparse_input import compact_input
 from ..params import num_buffer_values, num_params
 from ..rounds import RoundDecision
 from ..step import Contribution, contribution_from
-from ..worker import Worker, split_stats
+from ..runtime.worker import Worker, split_stats
 from .base import Strategy
 from .full import halo_owner
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional, Protocol
 
-from .config import TrainConfig, dump_config
+from ..config import TrainConfig, dump_config
 from .stop import EXIT_STOPPED, Stopped
 
 # How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus

@@ -16,13 +16,13 @@ import torch
 
 from . import protocol as proto
 from .checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
-from .chunks.store import ChunkStore
-from .config import TrainConfig, dump_config
-from .models import GNN
-from .memory import PeakMemory
-from .params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
-from .reducer import combine
-from .rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
+from ..chunks.store import ChunkStore
+from ..config import TrainConfig, dump_config
+from ..models import GNN
+from ..memory import PeakMemory
+from ..params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
+from ..reducer import combine
+from ..rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
 from .stop import SigtermWatch
 from .transport import Link
 from .worker import steps_per_epoch

@@ -16,20 +16,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import protocol as proto
-from .blocks import owned_block
-from .chunks.store import ChunkStore
-from .config import TrainConfig
-from .fullcomm import LinkPeers
-from .idhash import hash64, hash_key
-from .local_graph import build_local_graph
-from .memory import PeakMemory
-from .models import GNN
-from .params import flat_state, load_flat_state, num_buffer_values, num_params
-from .rounds import RoundDecision
-from .sampling.store_sampler import StoreSampler
-from .sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from .step import Contribution
-from .strategies import epoch_seed, make_strategy, strategy_class
+from ..blocks import owned_block
+from ..chunks.store import ChunkStore
+from ..config import TrainConfig
+from ..fullcomm import LinkPeers
+from ..idhash import hash64, hash_key
+from ..local_graph import build_local_graph
+from ..memory import PeakMemory
+from ..models import GNN
+from ..params import flat_state, load_flat_state, num_buffer_values, num_params
+from ..rounds import RoundDecision
+from ..sampling.store_sampler import StoreSampler
+from ..sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from ..step import Contribution
+from ..strategies import epoch_seed, make_strategy, strategy_class
 from .transport import Link
 
 class Worker:
