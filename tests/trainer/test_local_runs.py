@@ -14,7 +14,8 @@ from grappa.runtime.launcher import LocalJob
 from grappa.models import GNN
 from grappa.params import num_buffer_values, num_params
 from grappa.prepare import prepare_store
-from grappa.runtime.protocol import STEP_SCALARS
+from grappa.runtime.exchange import SCALARS
+from grappa.runtime.transport import ring_allreduce_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,13 +41,16 @@ def test_training_bytes_are_exactly_the_gradient_only_floor(tmp_path, mode):
                            "model.arch": "gin", "grappa.rounds.every": 1})
     report = LocalJob(cfg, progress=False).run()
     model = GNN(cfg.model, 64, 5)
-    state = 4 * (num_params(model) + num_buffer_values(model))
-    per_step_per_worker = (state + 4 * STEP_SCALARS) + state  # up: grads + scalars; down: params
+    message = 4 * (num_params(model) + num_buffer_values(model) + SCALARS)  # G, one step's message
+    ranks = cfg.partitions + 1
+    per_step = [sum(ring_allreduce_bytes(message, 4, ranks, r)) for r in range(ranks)]  # sent + received
+    assert max(per_step) <= 4 * message  # the busiest link: at most 4 G whatever P (the star: 2 P G)
     manifest = json.loads((Path(cfg.store_dir) / "manifest.json").read_text())
     train = [c["train"] for c in manifest["chunks"]]  # K = P: chunk r is worker r's base
     steps = 1 if mode == "full-graph" else max(-(-n // 100) for n in train)
     for rec in report["history"]:
-        assert rec["train_bytes"] == cfg.partitions * steps * per_step_per_worker
+        assert rec["train_bytes"] == steps * per_step[0]
+        assert rec["worker_train_bytes"] == [steps * b for b in per_step[1:]]
     assert report["rounds"] == [0, 1, 2]  # a new round every epoch, switched at boundaries
     for rec in report["history"]:  # where an epoch's time went (values are wall time: not asserted)
         assert {"train_seconds", "round_build_seconds", "eval_seconds", "epoch_seconds"} <= rec.keys()

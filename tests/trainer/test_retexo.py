@@ -11,7 +11,9 @@ import pytest
 
 from grappa.chunks.store import ChunkStore
 from grappa.config import ConfigError, TrainConfig, validate_config
+from grappa.runtime.exchange import SCALARS
 from grappa.runtime.launcher import LocalJob
+from grappa.runtime.transport import ring_allreduce_bytes
 from grappa.local_graph import build_local_graph
 from grappa.params import num_buffer_values, num_params
 from grappa.prepare import prepare_store
@@ -48,8 +50,9 @@ def test_bytes_equal_the_analytic_total(tmp_path):
     for h in report["history"]:
         stage = h["stage"]
         m = build_stage_model(cfg, stage, 24, 5)
-        state = 4 * (num_params(m) + num_buffer_values(m))
-        assert h["worker_train_bytes"] == [2 * state + 16] * 2  # one step: params down, grads up
+        message = 4 * (num_params(m) + num_buffer_values(m) + SCALARS)
+        ring = [sum(ring_allreduce_bytes(message, 4, 3, r)) for r in (1, 2)]
+        assert h["worker_train_bytes"] == ring  # one step: the workers' share of the all-reduce
     assert [h["stage"] for h in report["history"]] == [0, 0, 0, 1, 1, 1]
     assert 0.0 <= report["result"]["test_acc"] <= 1.0
     preds = sorted(Path(cfg.run_dir, "retexo").glob("predictions-worker-*.pt"))

@@ -1,7 +1,8 @@
 """The coverage-corrected gradient reducer (method doc §4).
 
-Each worker p sends the gradient of sum_{v in B_p} w~_v l_v and the weight sum sum_v w~_v; the
-aggregator returns G = sum_p grad_p / sum_p weight_p, self-normalised by the weights, not by P.
+Each worker p contributes the gradient of sum_{v in B_p} w~_v l_v and the weight sum sum_v w~_v;
+the step's all-reduce (runtime/exchange.py) sums both over the workers and every rank applies
+G = sum_p grad_p / sum_p weight_p, self-normalised by the weights, not by P.
 
 - none:  w~_v = 1 (the unweighted, seed-count-weighted mean, "UW")
 - node:  w~_v = lambda c_v + (1 - lambda) wbar
@@ -36,8 +37,11 @@ def weighted_loss_sum(per_seed_loss: Tensor, weights: Tensor) -> tuple[Tensor, f
     return (w * per_seed_loss).sum(), float(weights.sum())
 
 
+def normalise(grad_total: Tensor, weight_total: float) -> Tensor:
+    """G from the sums over workers; zero when no worker had a seed this step."""
+    return grad_total / weight_total if weight_total > 0 else torch.zeros_like(grad_total)
+
+
 def combine(grad_sums: Sequence[Tensor], weight_sums: Sequence[float]) -> Tensor:
-    """G = sum_p grad_p / sum_p weight_p; zero when no worker had a seed this step."""
-    total = float(sum(weight_sums))
-    acc = torch.stack(list(grad_sums)).sum(dim=0)
-    return acc / total if total > 0 else torch.zeros_like(acc)
+    """G = sum_p grad_p / sum_p weight_p from the per-worker terms (in-process callers)."""
+    return normalise(torch.stack(list(grad_sums)).sum(dim=0), float(sum(weight_sums)))

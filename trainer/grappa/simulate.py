@@ -11,7 +11,6 @@ from typing import Callable, Optional
 
 import torch
 
-from .runtime.aggregator import apply_messages, make_optimizer
 from .chunks.store import ChunkStore
 from .config import TrainConfig
 from .data import load_dataset
@@ -20,7 +19,10 @@ from .params import flat_state, load_flat_state, num_buffer_values, num_params
 from .rounds import Progress, RoundDecision, ScheduleRounds, round_seed
 from .single import evaluate_full, full_blocks
 from .strategies import make_strategy
-from .runtime.worker import empty_message, pack_message, steps_per_epoch
+from .runtime.exchange import StepOutcome, apply_sum, message_size, pack
+from .runtime.replica import make_optimizer
+from .runtime.transport import ring_allreduce_bytes
+from .runtime.worker import steps_per_epoch
 
 
 class Simulation:
@@ -39,7 +41,8 @@ class Simulation:
         self.data = data if data is not None else load_dataset(cfg.dataset)
         self.eval_blocks = full_blocks(self.data, self.model)
         self.eval_x = self.model.prepare_input(self.data.x)
-        self.state_bytes = 4 * (self.n_params + self.n_buf)
+        # the aggregator's share of one step's all-reduce, sent + received (what a real run counts)
+        self.step_bytes = sum(ring_allreduce_bytes(4 * message_size(self.model), 4, cfg.partitions + 1, 0))
 
     def setup_round(self, decision: RoundDecision) -> tuple[float, int]:
         stats = [s.setup_round(decision) for s in self.shards]
@@ -60,19 +63,20 @@ class Simulation:
             for i, s in enumerate(self.shards):
                 load_flat_state(self.model, state)  # every replica starts the step identical
                 torch.set_rng_state(rng[i])
-                if step < len(batches[i]):
-                    msgs.append(pack_message(s.contribute(batches[i][step], wbar), self.model, self.n_params))
-                else:
-                    msgs.append(empty_message(self.model, self.n_params, self.n_buf))
+                c = s.contribute(batches[i][step], wbar) if step < len(batches[i]) else None
+                msgs.append((c, flat_state(self.model)[self.n_params:]))  # buffers its forward left
                 rng[i] = torch.get_rng_state()
             load_flat_state(self.model, state)
-            n, loss, _ = apply_messages(self.model, self.optimizer, msgs, self.n_params, self.n_buf)
+            out = self.reduce(msgs)
             state = flat_state(self.model)
-            loss_sum += loss
-            seeds += n
-        return {"loss": loss_sum / max(seeds, 1.0),
-                # what the multi-process run would put on the wire (exact, see protocol.py)
-                "train_bytes": self.cfg.partitions * steps * (2 * self.state_bytes + 16)}
+            loss_sum += out.loss_sum
+            seeds += out.seeds
+        return {"loss": loss_sum / max(seeds, 1.0), "train_bytes": steps * self.step_bytes}
+
+    def reduce(self, contributions: list) -> StepOutcome:
+        """The step's all-reduce, in one process (the ring's order of additions aside)."""
+        total = torch.stack([pack(c, self.model, buffers=b) for c, b in contributions]).sum(0)
+        return apply_sum(self.model, self.optimizer, total)
 
     def run(self, on_epoch: Optional[Callable[[dict], None]] = None) -> tuple[dict, list[dict]]:
         cfg = self.cfg

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .runtime.aggregator import make_optimizer
+from .runtime.replica import make_optimizer
 from .config import TrainConfig, dump_config
 from .models import GNN, full_block
 from .models.block import Block

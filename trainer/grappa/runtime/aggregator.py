@@ -1,8 +1,11 @@
-"""The aggregator (rank 0): reduces worker gradients, owns the optimizer, drives epochs and rounds.
+"""The aggregator (rank 0): drives epochs and rounds, and keeps the model of record.
 
-It holds the only optimizer, so every replica stays identical: workers receive parameters, never
-gradients. It also drives exact evaluation, keeps the best-validation parameters and checkpoints.
-On SIGTERM it writes the last completed epoch (`save_last_epoch`, stop.py); resume is per epoch.
+It joins every step's all-reduce with zeros and applies the same update as the workers
+(exchange.py), so it holds the exact model and optimizer state without receiving P gradients.
+It sends its replica once after a start or resume, checks the workers' replicas every epoch
+(replica.py), drives exact evaluation, keeps the best-validation parameters and checkpoints.
+On SIGTERM it sets the stop flag of the next step, then writes the last completed epoch
+(`save_last_epoch`, stop.py); resume is per epoch.
 """
 from __future__ import annotations
 
@@ -20,39 +23,15 @@ from ..chunks.store import ChunkStore
 from ..config import TrainConfig, dump_config
 from ..models import GNN
 from ..memory import PeakMemory
-from ..params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
-from ..reducer import combine
+from ..params import flat_state, num_buffer_values, num_params
 from ..rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
-from .stop import SigtermWatch
+from .exchange import StepExchange
+from .replica import check_replicas, checksum, make_optimizer, optimizer_bytes
+from .stop import SigtermWatch, StopRequested
 from .transport import Link
 from .worker import steps_per_epoch
 
 log = logging.getLogger("grappa.aggregator")
-
-
-def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    t = cfg.training
-    if t.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
-    return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
-
-
-def apply_messages(model: torch.nn.Module, optimizer: torch.optim.Optimizer, msgs: list[torch.Tensor],
-                   n_params: int, n_buf: int) -> tuple[float, float, float]:
-    """Reduce one step's worker messages into the model; returns (seeds, loss sum, correct)."""
-    scalars = [m[-proto.STEP_SCALARS:] for m in msgs]
-    grad = combine([m[:n_params] for m in msgs], [float(s[0]) for s in scalars])
-    n = torch.stack([s[2] for s in scalars])
-    if n_buf and float(n.sum()) > 0:
-        # BatchNorm running stats: seed-weighted mean of the workers' copies.
-        bufs = torch.stack([m[n_params:n_params + n_buf] for m in msgs])
-        state = flat_state(model)
-        state[n_params:] = (bufs * n[:, None]).sum(0) / n.sum()
-        load_flat_state(model, state)
-    if any(float(s[0]) > 0 for s in scalars):
-        set_grads(model, grad)
-        optimizer.step()
-    return float(n.sum()), sum(float(s[1]) for s in scalars), sum(float(s[3]) for s in scalars)
 
 
 class Aggregator:
@@ -68,6 +47,7 @@ class Aggregator:
         torch.manual_seed(cfg.training.seed)
         self.model = GNN(cfg.model, self.manifest["num_features"], self.manifest["num_classes"])
         self.optimizer = make_optimizer(cfg, self.model)
+        self.exchange = StepExchange(link, self.model, self.optimizer)
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
         self.run_dir = Path(cfg.run_dir)
@@ -82,9 +62,18 @@ class Aggregator:
         self._stop_saved = False
 
     # -- messages ----------------------------------------------------------------------------
-    def broadcast_state(self, kind: str) -> None:
+    def send_params(self) -> None:
+        """Parameters and float buffers to every worker (RETEXO's best state at a stage's end)."""
         state = flat_state(self.model)
-        self.link.send_many([(state, r) for r in self.workers], kind)
+        self.link.send_many([(state, r) for r in self.workers], "control")
+
+    def send_replica(self) -> None:
+        """The whole replica, once after a start or resume: parameters, buffers, optimizer state."""
+        self.exchange.bind(self.model, self.optimizer)
+        self.send_params()
+        opt = optimizer_bytes(self.optimizer)
+        for r in self.workers:
+            self.link.send_var(opt, r, "control")
 
     def command(self, ctrl: torch.Tensor) -> None:
         self.link.send_many([(ctrl, r) for r in self.workers], "control")
@@ -123,37 +112,35 @@ class Aggregator:
         self.command(proto.control(proto.CMD_EPOCH, epoch, rinfo["round"], rinfo["pairing_seed"],
                                    rinfo["steps"], do_eval, rinfo["wbar"]))
         started, started_at = time.perf_counter(), time.time()
-        size = self.n_params + self.n_buf + proto.STEP_SCALARS
         loss_sum = seeds = correct = 0.0
         reduce_s = step_s = 0.0
         self.steps_into_epoch = 0
         for _ in range(rinfo["steps"]):
-            self.safe_point()
             t0 = time.perf_counter()
-            msgs = self.link.recv_many([(torch.empty(size), r) for r in self.workers], "train")
-            t1 = time.perf_counter()
-            n_seeds, step_loss, step_correct = apply_messages(
-                self.model, self.optimizer, msgs, self.n_params, self.n_buf)
-            t2 = time.perf_counter()
-            self.broadcast_state("train")
+            stopping = self.stop is not None and self.stop.requested.is_set()
+            out = self.exchange.step(None, epoch, stop=stopping)
+            if out.stopped:  # every rank saw the flag in this sum: nobody applied the step
+                raise StopRequested()
             self.steps_into_epoch += 1
-            reduce_s += t2 - t1
+            reduce_s += out.apply_seconds
             step_s += time.perf_counter() - t0
-            loss_sum += step_loss
-            seeds += n_seeds
-            correct += step_correct
+            loss_sum += out.loss_sum
+            seeds += out.seeds
+            correct += out.correct
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
         self.memory.sample()
         reports = self.link.recv_many(
             [(torch.empty(proto.EPOCH_REPORT_LEN, dtype=torch.float64), r) for r in self.workers], "control")
+        check_replicas(checksum(self.model), {r: int(rep[8]) for r, rep in zip(self.workers, reports)},
+                       epoch + 1)
         return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),
                 "reducer_seconds": reduce_s, "step_seconds": step_s,
                 "train_seconds": time.perf_counter() - started,
                 # wall-clock bounds, so outside observers (bench/probe.py) can attribute their own
                 # per-machine counters to this epoch
                 "started_at": started_at, "ended_at": time.time(),
-                # per worker: training traffic (gradients + parameters) and fetched rows, both ways
+                # per worker: training traffic (the step all-reduce) and fetched rows, both ways
                 "worker_train_bytes": [int(r[0] + r[1]) for r in reports],
                 "worker_fetch_bytes": [int(r[2] + r[3]) for r in reports],
                 "worker_peak_rss_bytes": [int(r[4]) for r in reports],
@@ -269,7 +256,7 @@ class Aggregator:
         epochs = cfg.training.epochs
         self.receive_layouts()
         start, decision = self.resume()
-        self.broadcast_state("control")
+        self.send_replica()
         applied: Optional[RoundDecision] = None
         rinfo: dict = {}
         started = time.perf_counter()

@@ -3,12 +3,14 @@
 Control (aggregator -> worker), float64[8]: cmd, epoch, round, pairing_seed, steps, do_eval, wbar, 0.
 Round stats (worker -> aggregator), float64[6]: sum of seed coverage, seeds, local nodes, halo
 nodes, local edges, seconds to build.
-Step (worker -> aggregator), float32: gradient sum | float buffers | weight sum, loss sum, seeds,
-correct. Parameters (aggregator -> worker), float32: parameters | float buffers.
+Step: one all-reduce over every rank, layout in exchange.py (no parameters travel per step).
+Replica (aggregator -> worker, after a start, a resume or a RETEXO stage): float32 parameters |
+float buffers, then the optimizer state as a variable-size uint8 message (replica.py).
 Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
-Epoch report (worker -> aggregator, after each epoch's steps), float64[8]: this epoch's train bytes
+Epoch report (worker -> aggregator, after each epoch's steps), float64[9]: this epoch's train bytes
 sent, received, fetch bytes sent, received; peak RSS and peak PSS in bytes (memory.py); the
-round's local nodes and local edges (for bytes per local edge).
+round's local nodes and local edges (for bytes per local edge); the CRC-32 of its parameters
+(replica.check_replicas).
 """
 from __future__ import annotations
 
@@ -18,9 +20,8 @@ CMD_ROUND, CMD_EPOCH, CMD_STOP = 1, 2, 3
 CMD_STAGE, CMD_STAGE_END = 4, 5  # RETEXO: set up stage (round field = stage), end it
 CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
-STEP_SCALARS = 4
 EVAL_STATS_LEN = 9
-EPOCH_REPORT_LEN = 8
+EPOCH_REPORT_LEN = 9
 SPLITS = ("train", "val", "test")
 
 

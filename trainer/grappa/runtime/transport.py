@@ -1,22 +1,27 @@
-"""Point-to-point messages between the aggregator (rank 0) and the workers, with exact byte counts.
+"""Messages between the job's ranks, with exact byte counts.
 
-torch.distributed with gloo and `env://` rendezvous. We use send/recv rather than collectives so
-the bytes each rank puts on and takes off the wire are exactly the payloads we count: a gloo
-broadcast may relay through other ranks, which would make per-rank accounting a guess.
-Counters are split by kind: "train" (gradients and parameters), "fetch" (remote features and
-activations, worker to worker, `strategy: full` only), "eval" (layer-wise evaluation), "control"
-(round set-up, commands, the initial parameters, per-epoch worker reports).
+torch.distributed on gloo (group.py joins the group). Each training step is one all-reduce among
+all P + 1 ranks (exchange.py); everything else is point to point (send/recv), whose bytes are
+exactly the payloads. The all-reduce is gloo's ring, whose per-rank volume `ring_allreduce_bytes`
+computes from gloo's own segmenting (gloo/allreduce.cc): about 2(M-1)/M x N sent and as much
+received per rank, for N payload bytes and M ranks. A broadcast is avoided on purpose: gloo's
+relays through inner ranks of a tree, which would make per-rank accounting a guess.
+Counters are split by kind: "train" (the step's all-reduce), "fetch" (remote features and
+activations, worker to worker: full, VARCO, RETEXO), "eval" (layer-wise evaluation), "control"
+(round set-up, commands, the replica sync after a start or resume, per-epoch worker reports).
+A failed message or collective raises group.GroupFailure naming the ranks that went silent.
 """
 from __future__ import annotations
 
-import os
 from collections import defaultdict
-from datetime import timedelta
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from .group import Group
 
 KINDS = ("train", "fetch", "eval", "control")
 _HEADER = 9  # ndim, dtype code, up to 7 dims
@@ -38,50 +43,96 @@ def nbytes(t: Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-class Link:
-    """This rank's end of every aggregator <-> worker channel."""
+# gloo's ring all-reduce moves segments of at most this many bytes (AllreduceOptions).
+_GLOO_MAX_SEGMENT = 1 << 20
 
-    def __init__(self, rank: int, world_size: int, counter: Optional[ByteCounter] = None):
+
+def ring_allreduce_bytes(total: int, element: int, ranks: int, rank: int) -> tuple[int, int]:
+    """(sent, received) payload bytes of `rank` in gloo's ring all-reduce of `total` bytes.
+
+    gloo splits the buffer into S segments (S a multiple of M, at least 2M, each at most 1 MiB),
+    M per-rank chunks of S/M segments; a reduce-scatter then an all-gather each pass S - S/M
+    segments to the left neighbour. Segments past the end of the buffer are short or empty, which
+    is why this is computed, not taken as 2(M-1)/M x total.
+    """
+    if ranks < 2 or total == 0:
+        return 0, 0
+    max_seg = element * max(1, _GLOO_MAX_SEGMENT // element)
+    segments = max(-(-total // max_seg), 2 * ranks)
+    segments += (-segments) % ranks
+    per_rank = segments // ranks
+    seg_bytes = -(-total // segments)
+    seg_bytes += (-seg_bytes) % element
+    span = segments * seg_bytes
+
+    def length(index: int) -> int:
+        return max(0, min(seg_bytes, total - (index * seg_bytes) % span))
+
+    passes = range(segments - per_rank)
+    sent = sum(length((rank + 1) * per_rank + i) + length(rank * per_rank + i) for i in passes)
+    received = sum(length((rank + 2) * per_rank + i) + length((rank + 1) * per_rank + i) for i in passes)
+    return sent, received
+
+
+class Link:
+    """This rank's end of every channel: point to point and the group's collectives."""
+
+    def __init__(self, rank: int, world_size: int, counter: Optional[ByteCounter] = None,
+                 group: Optional[Group] = None):
         self.rank = rank
         self.world_size = world_size
         self.bytes = counter or ByteCounter()
+        self.group = group
 
     @classmethod
-    def from_env(cls, timeout_s: float = 1800.0) -> "Link":
+    def from_env(cls, timeout_s: Optional[float] = None) -> "Link":
         """Join the group described by MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (gloo)."""
-        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if k not in os.environ]
-        if missing:
-            raise RuntimeError(f"missing rendezvous environment variables: {', '.join(missing)}")
-        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
-        return cls(dist.get_rank(), dist.get_world_size())
+        group = Group.join_from_env(timeout_s)
+        return cls(group.rank, group.world_size, group=group)
 
     def close(self) -> None:
-        if dist.is_initialized():
+        if self.group is not None:
+            self.group.close()
+        elif dist.is_initialized():
             dist.destroy_process_group()
+
+    @contextmanager
+    def _failing_as(self, what: str) -> Iterator[None]:
+        """A gloo error becomes a GroupFailure naming the silent ranks."""
+        try:
+            yield
+        except RuntimeError as err:
+            if self.group is None:
+                raise
+            raise self.group.failure(what, err) from err
 
     # Fixed-size messages: both ends know the shape, so only the payload crosses the wire.
     def send(self, t: Tensor, dst: int, kind: str) -> None:
-        dist.send(t.contiguous(), dst)
+        with self._failing_as(f"a {kind} message to rank {dst}"):
+            dist.send(t.contiguous(), dst)
         self.bytes.sent[kind] += nbytes(t)
 
     def recv(self, buf: Tensor, src: int, kind: str) -> Tensor:
-        dist.recv(buf, src)
+        with self._failing_as(f"a {kind} message from rank {src}"):
+            dist.recv(buf, src)
         self.bytes.received[kind] += nbytes(buf)
         return buf
 
     def send_many(self, items: list[tuple[Tensor, int]], kind: str) -> None:
-        """Send to several peers concurrently (the aggregator's parameter fan-out)."""
-        works = [dist.isend(t.contiguous(), dst) for t, dst in items]
-        for w in works:
-            w.wait()
+        """Send to several peers concurrently (the aggregator's commands)."""
+        with self._failing_as(f"{kind} messages to the workers"):
+            works = [dist.isend(t.contiguous(), dst) for t, dst in items]
+            for w in works:
+                w.wait()
         for t, _ in items:
             self.bytes.sent[kind] += nbytes(t)
 
     def recv_many(self, items: list[tuple[Tensor, int]], kind: str) -> list[Tensor]:
-        """Receive from several peers concurrently (the aggregator's gradient fan-in)."""
-        works = [dist.irecv(buf, src) for buf, src in items]
-        for w in works:
-            w.wait()
+        """Receive from several peers concurrently (the workers' reports)."""
+        with self._failing_as(f"{kind} messages from the workers"):
+            works = [dist.irecv(buf, src) for buf, src in items]
+            for w in works:
+                w.wait()
         for buf, _ in items:
             self.bytes.received[kind] += nbytes(buf)
         return [buf for buf, _ in items]
@@ -89,12 +140,22 @@ class Link:
     def exchange(self, sends: dict[int, Tensor], recvs: dict[int, Tensor], kind: str) -> None:
         """Send to and receive from several peers at once (worker <-> worker halo rows)."""
         payloads = [(t.contiguous(), dst) for dst, t in sends.items()]
-        works = [dist.isend(t, dst) for t, dst in payloads]
-        works += [dist.irecv(buf, src) for src, buf in recvs.items()]
-        for w in works:
-            w.wait()
+        with self._failing_as(f"a {kind} exchange between workers"):
+            works = [dist.isend(t, dst) for t, dst in payloads]
+            works += [dist.irecv(buf, src) for src, buf in recvs.items()]
+            for w in works:
+                w.wait()
         self.bytes.sent[kind] += sum(nbytes(t) for t, _ in payloads)
         self.bytes.received[kind] += sum(nbytes(b) for b in recvs.values())
+
+    def all_reduce(self, t: Tensor, kind: str, what: str) -> Tensor:
+        """Sum `t` in place over every rank (gloo's ring), counting this rank's real volume."""
+        with self._failing_as(what):
+            dist.all_reduce(t)
+        sent, received = ring_allreduce_bytes(nbytes(t), t.element_size(), self.world_size, self.rank)
+        self.bytes.sent[kind] += sent
+        self.bytes.received[kind] += received
+        return t
 
     # Variable-size messages carry a small header (counted too) describing shape and dtype.
     def send_var(self, t: Tensor, dst: int, kind: str) -> None:

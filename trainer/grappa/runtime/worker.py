@@ -1,8 +1,9 @@
 """A partition worker (rank r >= 1): trains its local subgraph in isolation.
 
-Per step it sends one message (gradient sum, weight sum, a few scalars) and receives the updated
-parameters; nothing else crosses the network during training. Evaluation is exact: layer by layer
-over its base chunks with all in-edges, exchanging boundary rows through the aggregator.
+Per step it joins one all-reduce with its contribution (gradient sum, weight sum, a few scalars)
+and applies the summed update to its own replica (exchange.py); with strategy grappa nothing
+else crosses the network during training. Evaluation is exact: layer by layer over its base
+chunks with all in-edges, exchanging boundary rows through the aggregator.
 """
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from ..idhash import hash64, hash_key
 from ..local_graph import build_local_graph
 from ..memory import PeakMemory
 from ..models import GNN
-from ..params import flat_state, load_flat_state, num_buffer_values, num_params
+from ..params import load_flat_state, num_buffer_values, num_params
 from ..rounds import RoundDecision
 from ..sampling.store_sampler import StoreSampler
 from ..sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from ..step import Contribution
 from ..strategies import epoch_seed, make_strategy, strategy_class
+from .exchange import StepExchange
+from .replica import checksum, load_optimizer_bytes, make_optimizer
+from .stop import Stopped
 from .transport import Link
 
 class Worker:
@@ -42,6 +45,8 @@ class Worker:
         self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
+        self.optimizer = make_optimizer(cfg, self.model)
+        self.exchange = StepExchange(link, self.model, self.optimizer)
         peers = LinkPeers(link) if strategy_class(cfg.strategy).needs_peers else None
         self.shard = make_strategy(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
@@ -62,9 +67,16 @@ class Worker:
         self.link.send_var(g.global_ids[:g.num_base], 0, "control")
         self.link.send_var(g.global_ids[g.num_owned:], 0, "control")
 
-    def receive_state(self, kind: str) -> None:
+    def receive_params(self) -> None:
         buf = torch.empty(self.n_params + self.n_buf, dtype=torch.float32)
-        load_flat_state(self.model, self.link.recv(buf, 0, kind))
+        load_flat_state(self.model, self.link.recv(buf, 0, "control"))
+
+    def receive_replica(self) -> None:
+        """The aggregator's parameters, buffers and optimizer state (replica.py), once."""
+        self.receive_params()
+        self.optimizer = make_optimizer(self.cfg, self.model)
+        load_optimizer_bytes(self.optimizer, self.link.recv_var(0, "control"))
+        self.exchange.bind(self.model, self.optimizer)
 
     def setup_round(self, decision: RoundDecision) -> None:
         st = self.shard.setup_round(decision)
@@ -81,15 +93,11 @@ class Worker:
         batches = self.shard.start_epoch(epoch)
         for step in range(steps):
             t0 = time.perf_counter()
-            if step < len(batches):
-                c = self.shard.contribute(batches[step], wbar)
-                msg = pack_message(c, self.model, self.n_params)
-                if self.metrics is not None:
-                    self.metrics.weight_mean.set(c.mean_weight)
-            else:
-                msg = empty_message(self.model, self.n_params, self.n_buf)
-            self.link.send(msg, 0, "train")
-            self.receive_state("train")
+            c = self.shard.contribute(batches[step], wbar) if step < len(batches) else None
+            if c is not None and self.metrics is not None:
+                self.metrics.weight_mean.set(c.mean_weight)
+            if self.exchange.step(c, epoch).stopped:
+                raise Stopped()  # the aggregator is stopping (SIGTERM): it saves, we leave
             self.memory.sample()
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
@@ -151,8 +159,8 @@ class Worker:
         self.memory.sample()
         g = self.shard.graph
         local = [g.num_nodes, g.num_edges] if g is not None else [0, 0]
-        self.link.send(torch.tensor(delta + [self.memory.peak_rss, self.memory.peak_pss] + local,
-                                    dtype=torch.float64), 0, "control")
+        report = delta + [self.memory.peak_rss, self.memory.peak_pss] + local + [checksum(self.model)]
+        self.link.send(torch.tensor(report, dtype=torch.float64), 0, "control")
         if self.metrics is not None:
             self.metrics.peak_rss.set(self.memory.peak_rss)
             self.metrics.peak_pss.set(self.memory.peak_pss)
@@ -166,7 +174,7 @@ class Worker:
 
     def run(self) -> None:
         self.send_eval_layout()
-        self.receive_state("control")
+        self.receive_replica()
         while True:
             cmd, epoch, rnd, seed, steps, do_eval, wbar = self.recv_control()
             if cmd == proto.CMD_STOP:
@@ -210,20 +218,6 @@ def sampled_eval_nodes(store: ChunkStore, base: list[int], cfg: TrainConfig) -> 
         split.append(np.asarray(m["split"])[keep])
     return (torch.from_numpy(np.concatenate(ids)), torch.from_numpy(np.concatenate(y)),
             torch.from_numpy(np.concatenate(split)))
-
-
-def pack_message(c: Contribution, model: GNN, n_params: int) -> Tensor:
-    """Step message layout (protocol.py): gradient sum | float buffers | 4 scalars."""
-    scalars = torch.tensor([c.weight_sum, c.loss_sum, float(c.seeds), float(c.correct)])
-    buffers = flat_state(model)[n_params:]
-    return torch.cat([c.grad_sum, buffers, scalars]).to(torch.float32)
-
-
-def empty_message(model: GNN, n_params: int, n_buf: int) -> Tensor:
-    """A worker with no batch left this epoch still answers, with zero weight."""
-    msg = torch.zeros(n_params + n_buf + proto.STEP_SCALARS)
-    msg[n_params:n_params + n_buf] = flat_state(model)[n_params:]
-    return msg
 
 
 def steps_per_epoch(num_seeds: list[int], mode: str, batch_size: int, cap: Optional[int] = None) -> int:

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..runtime import protocol as proto
-from ..runtime.aggregator import Aggregator, make_optimizer
+from ..runtime.aggregator import Aggregator
+from ..runtime.replica import make_optimizer
 from ..blocks import owned_block
 from ..runtime.checkpoint import latest_checkpoint, load_checkpoint
 from ..config import ModelConfig, TrainConfig
@@ -122,7 +123,7 @@ class RetexoWorker(Worker):
         shard.inputs = compact_input(fetch_rows(own, shard.plan, shard.peers))  # the stage's one exchange
         self.model = shard.model = build_stage_model(self.cfg, stage, man["num_features"], man["num_classes"])
         self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
-        self.receive_state("control")
+        self.receive_replica()
 
     @torch.no_grad()
     def evaluate(self) -> None:
@@ -134,7 +135,7 @@ class RetexoWorker(Worker):
     @torch.no_grad()
     def finish_stage(self, stage: int) -> None:
         """Load the stage's best parameters; compute the next stage's inputs (or predictions)."""
-        self.receive_state("control")
+        self.receive_params()
         self.model.eval()
         g, shard = self.graph, self.shard
         if stage == self.cfg.model.layers - 1:
@@ -209,7 +210,7 @@ class RetexoAggregator(Aggregator):
             if epoch <= bounds[stage]:  # a fresh stage, not one resumed mid-way
                 self._stage_model(stage)
             self.command(proto.control(proto.CMD_STAGE, epoch, stage))
-            self.broadcast_state("control")
+            self.send_replica()
             log.info("stage %d: epochs %d..%d", stage, epoch + 1, bounds[stage + 1])
             for epoch in range(epoch, bounds[stage + 1]):
                 self.safe_point()
@@ -252,7 +253,7 @@ class RetexoAggregator(Aggregator):
                                    "test_acc": self.best["test"], "best_epoch": self.best["epoch"]})
         self._jsonl({"event": "stage", **self.stage_results[-1]})
         self.command(proto.control(proto.CMD_STAGE_END, 0, stage))
-        self.broadcast_state("control")
+        self.send_params()
         self.stage_done = True
         torch.save(self.model.state_dict(), self.run_dir / f"stage-{stage}.pt")
 
