@@ -4,32 +4,40 @@ On this 2-core machine the P + 1 (Grappa) or 2P (DistDGL) processes share the co
 what a cluster would show. From a measured epoch we take, per machine, the CPU seconds of its
 processes and the bytes its link carried (bench/probe.py), and model
 
-    T = max_m cpu_m  +  max_m link_m / rate  +  steps * round_trips * latency
+    T = compute  +  max_m link_m / rate  +  steps * round_trips * latency
 
-where link_m is sent + received for systems whose phases take turns on a link (Grappa: gradients
-up, then parameters down through the aggregator's link) and max(sent, received) for systems whose
-machines send and receive at once (DistDGL: every machine serves features while it pulls its own).
+where link_m is max(sent, received) for systems whose machines send and receive at once (Grappa's
+ring all-reduce: every member passes a segment left while it takes one from the right; DistDGL:
+every machine serves features while it pulls its own) and sent + received where the phases take
+turns on a link (`grappa-star`, the previous design: gradients up, then parameters down through
+the aggregator's link). compute is max_m cpu_m where the machines work side by side (the ring's
+members all reduce and step at once, DistDGL's trainers), and for the star the busiest worker's
+plus the aggregator's, which reduced and stepped while every worker waited (in series).
 
 Projections to P' machines scale the per-step quantities of the largest measured run. In mini-batch
 training a worker's step handles `seeds(P) = min(batch, n_train / P)` seeds, so its compute (and,
 for DistDGL, the neighbourhood it samples and pulls) is taken proportional to seeds(P); DistDGL's
 remote share of a sampled neighbourhood grows as (P - 1) / P; Grappa's messages are the model's
-size, whatever P, and its aggregator reduces and serves P of them per step. All of it is a model:
-everything computed here is labelled a projection where it is shown.
+size: with the ring each member's share is 2(M-1)/M of a message each way, M = P + 1 (scaled by
+that factor from the measured P); with the star the aggregator reduced and served P of them per
+step. All of it is a model: everything computed here is labelled a projection where it is shown.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-DUPLEX = {"distdgl": True, "distdgl-random": True, "grappa": False}
+DUPLEX = {"distdgl": True, "distdgl-random": True, "grappa": True, "grappa-star": False}
 
 
 def round_trips(system: str, machines: int, layers: int) -> int:
-    """Sequential message exchanges per step: Grappa pushes a gradient and gets parameters back;
-    DistDGL samples one hop per layer, pulls features, then all-reduces (a ring of 2(P-1) steps)."""
+    """Sequential message exchanges per step: DistDGL samples one hop per layer, pulls features,
+    then all-reduces (a ring of 2(P-1) hops); Grappa's ring over P + 1 members has 2P hops
+    (`machines` counts the aggregator); the star pushed a gradient and got parameters back."""
     if system.startswith("distdgl"):
         return layers + 1 + 2 * (machines - 1)
+    if system == "grappa":
+        return 2 * (machines - 1)
     return 2
 
 
@@ -41,7 +49,10 @@ def link_bytes(machine: dict, duplex: bool) -> int:
 def modelled_epoch(machines: list[dict], system: str, rate_bytes_s: float, steps: int = 0,
                layers: int = 0, latency_s: float = 0.0) -> float:
     duplex = DUPLEX[system]
-    compute = max(m["cpu_seconds"] for m in machines)
+    if system == "grappa-star":  # machine 0, the aggregator, worked while the workers waited
+        compute = machines[0]["cpu_seconds"] + max(m["cpu_seconds"] for m in machines[1:])
+    else:
+        compute = max(m["cpu_seconds"] for m in machines)
     transfer = max(link_bytes(m, duplex) for m in machines) / rate_bytes_s
     return compute + transfer + steps * round_trips(system, len(machines), layers) * latency_s
 
@@ -92,7 +103,15 @@ def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple
                "sent_bytes": int(steps * prof.worker_sent * seeds * remote),
                "received_bytes": int(steps * prof.worker_received * seeds * remote)}
         return [one] * machines, steps
-    fan = machines / prof.machines  # the aggregator serves every worker each step
+    if prof.system == "grappa":  # ring: every member's share is 2(M-1)/M of a message, M = P + 1
+        share = (machines / (machines + 1)) / (prof.machines / (prof.machines + 1))
+        agg = {"cpu_seconds": steps * prof.agg_cpu, "sent_bytes": int(steps * prof.agg_sent * share),
+               "received_bytes": int(steps * prof.agg_received * share)}
+        worker = {"cpu_seconds": steps * prof.worker_cpu * seeds,
+                  "sent_bytes": int(steps * prof.worker_sent * share),
+                  "received_bytes": int(steps * prof.worker_received * share)}
+        return [agg] + [worker] * machines, steps
+    fan = machines / prof.machines  # the star's aggregator served every worker each step
     agg = {"cpu_seconds": steps * prof.agg_cpu * fan, "sent_bytes": int(steps * prof.agg_sent * fan),
            "received_bytes": int(steps * prof.agg_received * fan)}
     worker = {"cpu_seconds": steps * prof.worker_cpu * seeds, "sent_bytes": int(steps * prof.worker_sent),

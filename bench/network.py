@@ -27,7 +27,9 @@ sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), os.environ.get("PYTHONPATH")]))
 
 from grappa.config import TrainConfig  # noqa: E402
+from grappa.runtime.exchange import SCALARS  # noqa: E402
 from grappa.runtime.launcher import LocalJob  # noqa: E402
+from grappa.runtime.transport import ring_allreduce_bytes  # noqa: E402
 from grappa.prepare import prepare_store  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 
@@ -57,10 +59,16 @@ def job_config(dataset: str, strategy: str, partitions: int, layers: int, epochs
     })
 
 
-def floor_bytes(n_params: int, n_buf: int) -> int:
-    """Gradient-only traffic per worker per step: parameters (+ float buffers) up and down, plus
-    the four float32 scalars (weight sum, loss sum, seeds, correct) going up."""
-    return 8 * (n_params + n_buf) + 16
+def step_bytes(n_params: int, n_buf: int, partitions: int) -> list[int]:
+    """Gradient-only traffic per step, sent + received, per rank (0 = the aggregator): each rank's
+    share of the step's all-reduce of parameters (+ float buffers) and five float32 scalars."""
+    message = 4 * (n_params + n_buf + SCALARS)
+    return [sum(ring_allreduce_bytes(message, 4, partitions + 1, r)) for r in range(partitions + 1)]
+
+
+def floor_bytes(n_params: int, n_buf: int, partitions: int) -> int:
+    """The busiest worker link's gradient-only traffic per step (about 4(M-1)/M x the message)."""
+    return max(step_bytes(n_params, n_buf, partitions)[1:])
 
 
 def summarise(report: dict, warmup: int = 1) -> dict:

@@ -14,11 +14,16 @@ def machine(cpu: float, sent: int, received: int) -> dict:
 def test_modelled_epoch_is_slowest_compute_plus_busiest_link_plus_latency():
     cm = load("cluster_model")
     ms = [machine(1.0, 100, 300), machine(2.0, 200, 50)]
-    # Grappa's phases take turns on a link: sent + received; DistDGL's overlap: the larger one
-    assert cm.modelled_epoch(ms, "grappa", rate_bytes_s=100.0) == pytest.approx(2.0 + 400 / 100)
+    # the ring (Grappa) and DistDGL send and receive at once: the larger direction
+    assert cm.modelled_epoch(ms, "grappa", rate_bytes_s=100.0) == pytest.approx(2.0 + 300 / 100)
     assert cm.modelled_epoch(ms, "distdgl", rate_bytes_s=100.0) == pytest.approx(2.0 + 300 / 100)
-    # DistDGL, 2 machines, 3 layers: 3 sampling hops + 1 pull + a 2-step ring = 6 round trips a step
-    assert cm.round_trips("distdgl", 2, 3) == 6 and cm.round_trips("grappa", 5, 3) == 2
+    # the previous star: phases took turns on a link (sent + received), and the aggregator
+    # (machine 0) reduced while the workers waited: its CPU adds to the busiest worker's
+    assert cm.modelled_epoch(ms, "grappa-star", rate_bytes_s=100.0) == pytest.approx(1.0 + 2.0 + 400 / 100)
+    # DistDGL, 2 machines, 3 layers: 3 sampling hops + 1 pull + a 2-step ring = 6 round trips a step;
+    # Grappa's ring over 5 members (P = 4 + the aggregator): 8 hops; the star: up and down
+    assert cm.round_trips("distdgl", 2, 3) == 6 and cm.round_trips("grappa", 5, 3) == 8
+    assert cm.round_trips("grappa-star", 5, 3) == 2
     assert cm.modelled_epoch(ms, "distdgl", 100.0, steps=4, layers=3, latency_s=0.01) == pytest.approx(5.0 + 4 * 6 * 0.01)
 
 
@@ -37,10 +42,10 @@ def test_projection_at_the_measured_p_gives_back_the_measurement():
 def test_projection_scales_steps_seeds_fan_in_and_remote_share():
     cm = load("cluster_model")
     n_train, batch = 26_000, 1000
-    grappa = cm.profile("grappa", [machine(0.8, 8e6, 8e6)] + [machine(2.0, 1e6, 1e6)] * 8, steps=4)
-    machines, steps = cm.project(grappa, 64, n_train, batch)
+    star = cm.profile("grappa-star", [machine(0.8, 8e6, 8e6)] + [machine(2.0, 1e6, 1e6)] * 8, steps=4)
+    machines, steps = cm.project(star, 64, n_train, batch)
     assert steps == 1  # ceil(26000 / 64000)
-    # the aggregator serves 64 workers a step instead of 8; a worker's message is the model's size
+    # the star's aggregator served 64 workers a step instead of 8; a worker's message is the model's size
     assert machines[0]["sent_bytes"] == pytest.approx(8 * 2e6, rel=1e-6)
     assert machines[1]["sent_bytes"] == pytest.approx(0.25e6, rel=1e-6)
     # a worker's step now has 26000 / 64 = 406 seeds instead of 1000
@@ -50,6 +55,13 @@ def test_projection_scales_steps_seeds_fan_in_and_remote_share():
     remote = (15 / 16) / (7 / 8)
     assert machines[0]["received_bytes"] == pytest.approx(2 * 2e6 * remote, rel=1e-6)
     assert len(machines) == 16 and math.isclose(machines[0]["cpu_seconds"], 2 * 0.5)
+    # the ring: every member's share is 2(M-1)/M of a message, M = P + 1, whoever it is
+    ring = cm.profile("grappa", [machine(0.1, 1e6, 1e6)] * 9, steps=4)
+    machines, _ = cm.project(ring, 64, n_train, batch)
+    share = (64 / 65) / (8 / 9)
+    assert machines[0]["sent_bytes"] == pytest.approx(0.25e6 * share, rel=1e-6)
+    assert machines[0]["cpu_seconds"] == pytest.approx(0.025)  # no fan-in: the aggregator steps like a worker
+    assert machines[64]["received_bytes"] == pytest.approx(0.25e6 * share, rel=1e-6)
 
 
 def run(system: str, seconds: float, machines: list[dict], steps: int = 7, curve=None) -> dict:
@@ -69,11 +81,11 @@ def test_peer_page_ratio_target_validation_and_labelled_projections(tmp_path):
     page = render.render(json.loads(json.dumps(runs)), tmp_path).read_text()
     row = next(line for line in page.splitlines() if line.startswith("| rmat | 8 | 1gbit | 3 |"))
     cols = [c.strip() for c in row.strip("|").split("|")]
-    assert cols[4] == "2.00" and cols[5] == "9.00" and cols[7] == "**4.50x**" and cols[9] == "met"
-    # validation: Grappa's model = 1.0 s compute + 2 MB / 125 MB/s on the aggregator's link
+    assert cols[4] == "2.00" and cols[6] == "9.00" and cols[8] == "**4.50x**" and cols[12] == "≥ 2.0x: met"
+    # validation: Grappa's model = 1.0 s compute + 1 MB / 125 MB/s (the ring: the larger direction)
     section = page.split("## Cluster-time model: validation")[1]
     val = next(line for line in section.splitlines() if line.startswith("| rmat | 8 | 1gbit | 3 | Grappa |"))
-    assert val.endswith("| 3 | 1.02 | 2.00 | -49% |")
+    assert val.endswith("| 3 | 1.01 | 2.00 | -50% |")
     assert "PROJECTION" in page and "| rmat | 3 | 8 | 64 | 10gbit |" in page
     assert "`timing|rmat|4|3|distdgl|1gbit|0`: trainer 1 exited 1" in page
     assert (tmp_path / "peer-projection.png").exists() and (tmp_path / "peer-time-bytes.png").exists()
@@ -88,8 +100,8 @@ def test_accuracy_same_epochs_and_same_budget(tmp_path):
     runs = {"accuracy|rmat|4|3|grappa|1gbit|0": run("grappa", 1.0, m, curve=curve([(1, .5, .50), (2, .6, .61), (3, .7, .72)])),
             "accuracy|rmat|4|3|distdgl|1gbit|0": run("distdgl", 3.0, m[:4], curve=curve([(3, .55, .56), (6, .8, .79), (9, .6, .60)]))}
     page = render.render(runs, tmp_path).read_text()
-    row = next(line for line in page.splitlines() if line.startswith("| rmat | 4 | 3 | 3 |"))
+    row = next(line for line in page.splitlines() if line.startswith("| rmat | 4 | 3 | all-reduce | 3 |"))
     cols = [c.strip() for c in row.strip("|").split("|")]
     # same epochs: best validation of each; same budget (3 s, Grappa's total): DistDGL has 1 epoch
-    assert cols[4:6] == ["0.720", "0.790"] and cols[6] == "3.0" and cols[7:9] == ["0.720", "0.560"]
-    assert cols[9] == "3/1"
+    assert cols[5:7] == ["0.720", "0.790"] and cols[7] == "3.0" and cols[8:10] == ["0.720", "0.560"]
+    assert cols[10] == "3/1"

@@ -19,8 +19,8 @@ def test_grappa_bytes_equal_the_floor(smoke):
     network, res = smoke
     g = res["grappa"]
     assert g["fetch_bytes_per_worker_epoch"] == 0
-    # full-graph: one step per epoch; GCN has no float buffers
-    assert g["train_bytes_per_worker_epoch"] == network.floor_bytes(g["parameters"], 0)
+    # full-graph: one step per epoch; GCN has no float buffers; P = 2
+    assert g["train_bytes_per_worker_epoch"] == network.floor_bytes(g["parameters"], 0, 2)
 
 
 def test_full_baseline_moves_more(smoke):
