@@ -265,6 +265,31 @@ def plot(rows: list[dict], proj: list[dict], acc_runs: dict, out: Path) -> list[
     return written
 
 
+def profile_section(path: Path) -> list[str]:
+    """The worker step's CPU by phase, previous and current design (bench/profile_step.py)."""
+    if not path.exists():
+        return []
+    import json
+    prof = json.loads(path.read_text())
+    prev, cur = prof["previous"], prof["current"]
+    md = ["", "## Where a worker's step goes (profiled)", "",
+          f"One Grappa worker of the RMAT-17 job at P = {cur['partitions']}, {cur['layers']} layers, "
+          f"{cur['seeds_per_step']:.0f} seeds per step on {cur['local_nodes']:,} local nodes, one thread, "
+          f"{cur['steps']} steps; CPU time per step by phase (`time.process_time`), both designs in one "
+          f"run (`{prof['command']}`). The step's all-reduce is not in it (peer.md's probe measures the "
+          "whole machine). *previous*: torch's dropout and a PSS reading after every step; *current*: "
+          "`models/dropout.py` (16 random bits a mask entry) and PSS read at most every 2 s.", "",
+          "| phase | previous CPU ms | current CPU ms |", "|---|---|---|"]
+    for phase in prev["phases_per_step"]:
+        md.append(f"| {phase} | {prev['phases_per_step'][phase] * 1e3:.1f} | {cur['phases_per_step'][phase] * 1e3:.1f} |")
+    md.append(f"| **step** | **{prev['cpu_per_step'] * 1e3:.1f}** | **{cur['cpu_per_step'] * 1e3:.1f}** |")
+    md += ["", "Top functions by own CPU time (cProfile on the CPU clock, current design, round set-up included):", "",
+           "| function | calls | own s | cumulative s |", "|---|---|---|---|"]
+    for f in cur["top_functions"][:10]:
+        md.append(f"| `{f['function']}` | {f['calls']} | {f['own_s']:.3f} | {f['cum_s']:.3f} |")
+    return md
+
+
 def render(runs: dict, out: Path, notes: str = "") -> Path:
     g = groups(runs, "timing")
     rows = timing_rows(g)
@@ -354,6 +379,7 @@ def render(runs: dict, out: Path, notes: str = "") -> Path:
                       f"{fmt(r['distdgl'], '.3f')} | {fmt(r.get('grappa_ratio'))}x | "
                       f"{fmt(r.get('grappa-star_ratio'))}x | {fmt(r.get('grappa_lat'), '.3f')} | "
                       f"{fmt(r['distdgl_lat'], '.3f')} | {fmt(r.get('grappa_ratio_lat'))}x |")
+    md += profile_section(out / "profile-step.json")
     failed = errors(runs)
     if failed:
         md += ["", "## Runs that failed", ""] + [f"- {e}" for e in failed]

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .block import Block
+from .dropout import dropout
 from .gat import GATLayer
 from .gcn import GCNLayer
 from .gin import GINLayer
@@ -66,7 +67,7 @@ class GNN(nn.Module):
         if i > 0:
             # Dropout on hidden activations only: on dense bag-of-words inputs it costs most of a
             # CPU epoch (stack notes) for little regularisation gain.
-            h = F.dropout(h, self.dropout, self.training)
+            h = dropout(h, self.dropout, self.training)
         h = self.layers[i](h, block)
         if i < len(self.layers) - 1:
             h = F.relu(h)

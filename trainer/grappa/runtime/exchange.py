@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -48,6 +48,7 @@ class StepOutcome:
     correct: float = 0.0
     stopped: bool = False
     apply_seconds: float = 0.0  # the reducer and optimizer, after the sum arrived
+    prefetched: object = None  # what `meanwhile` returned
 
 
 def message_size(model: torch.nn.Module) -> int:
@@ -98,10 +99,14 @@ class StepExchange:
         """A new model (RETEXO's next stage) with its optimizer."""
         self.model, self.optimizer = model, optimizer
 
-    def step(self, c: Optional[Contribution], epoch: int, stop: bool = False) -> StepOutcome:
-        total = self.link.all_reduce(pack(c, self.model, stop), "train",
-                                     f"the step all-reduce of epoch {epoch + 1}")
+    def step(self, c: Optional[Contribution], epoch: int, stop: bool = False,
+             meanwhile: Optional[Callable[[], object]] = None) -> StepOutcome:
+        """`meanwhile()` runs while the sum is in flight (the next batch's sample and feature
+        rows: they do not depend on the parameters); its result is `outcome.prefetched`."""
+        total, ahead = self.link.all_reduce(pack(c, self.model, stop), "train",
+                                            f"the step all-reduce of epoch {epoch + 1}", meanwhile)
         t0 = time.perf_counter()
         out = apply_sum(self.model, self.optimizer, total)
         out.apply_seconds = time.perf_counter() - t0
+        out.prefetched = ahead
         return out

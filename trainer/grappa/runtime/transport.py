@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -148,14 +148,21 @@ class Link:
         self.bytes.sent[kind] += sum(nbytes(t) for t, _ in payloads)
         self.bytes.received[kind] += sum(nbytes(b) for b in recvs.values())
 
-    def all_reduce(self, t: Tensor, kind: str, what: str) -> Tensor:
-        """Sum `t` in place over every rank (gloo's ring), counting this rank's real volume."""
+    def all_reduce(self, t: Tensor, kind: str, what: str,
+                   meanwhile: Optional[Callable[[], Any]] = None) -> tuple[Tensor, Any]:
+        """Sum `t` in place over every rank (gloo's ring), counting this rank's real volume.
+        `meanwhile()` runs here while gloo's own thread moves the bytes; returns (t, its result)."""
         with self._failing_as(what):
-            dist.all_reduce(t)
+            work = dist.all_reduce(t, async_op=True)
+        try:
+            result = meanwhile() if meanwhile is not None else None
+        finally:
+            with self._failing_as(what):
+                work.wait()
         sent, received = ring_allreduce_bytes(nbytes(t), t.element_size(), self.world_size, self.rank)
         self.bytes.sent[kind] += sent
         self.bytes.received[kind] += received
-        return t
+        return t, result
 
     # Variable-size messages carry a small header (counted too) describing shape and dtype.
     def send_var(self, t: Tensor, dst: int, kind: str) -> None:

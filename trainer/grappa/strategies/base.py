@@ -100,6 +100,13 @@ class Strategy(ABC):
         order = seeds[torch.randperm(seeds.numel(), generator=self.gen)]
         return list(order.split(self.cfg.training.batch_size))
 
+    def prepare(self, batch: Tensor) -> Optional[object]:
+        """What a step needs that does not depend on the parameters (a sample and its feature
+        rows), so the worker can build it while the previous step's all-reduce runs; None when
+        the strategy has nothing to prefetch. Its own random stream, so the order is free."""
+        return None
+
     @abstractmethod
-    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
-        """This worker's part of one step for the seeds in `batch` (local ids)."""
+    def contribute(self, batch: Tensor, wbar: float, prepared: Optional[object] = None) -> Contribution:
+        """This worker's part of one step for the seeds in `batch` (local ids); `prepared` is
+        prepare(batch)'s result when the worker prefetched it."""

@@ -73,7 +73,7 @@ class FullStrategy(Strategy):
         """Compression of the exchanged rows per (layer, width); None sends them whole."""
         return None
 
-    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
+    def contribute(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
         forward = lambda: forward_full(self.model, self.x_own, self.block, self.plan,  # noqa: E731
                                        self.peers, self.codec_for(), self.fetch_log)
         return contribution_from(self.model, forward, batch, torch.ones(batch.numel()),

@@ -10,6 +10,8 @@ mode samples each batch's L-hop neighbourhood on the local CSR and reads only th
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
@@ -58,14 +60,20 @@ class GrappaStrategy(Strategy):
             self.sampler = NeighborSampler(g.indptr, g.indices, self.cfg.fanouts)
         return float(self.cov[seeds].sum())
 
-    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
+    def prepare(self, batch: Tensor) -> Optional[tuple[list[Block], Tensor]]:
+        """Mini-batch: the batch's sampled blocks and input feature rows."""
+        if self.cfg.training.mode == "full-graph":
+            return None
+        g = self.graph
+        sub = self.sampler.sample(batch, self.gen)
+        return sub.blocks(g.deg.index_select(0, sub.n_id)), g.features.gather(sub.n_id)
+
+    def contribute(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
         g, gc = self.graph, self.cfg.grappa
         if self.cfg.training.mode == "full-graph":  # batch is every seed
             forward = lambda: self.model(self.x, self.blocks).index_select(0, self.seed_rows)  # noqa: E731
         else:
-            sub = self.sampler.sample(batch, self.gen)
-            blocks = sub.blocks(g.deg.index_select(0, sub.n_id))
-            x = g.features.gather(sub.n_id)
+            blocks, x = prepared if prepared is not None else self.prepare(batch)
             forward = lambda: self.model(x, blocks)  # noqa: E731
         return contribution_from(self.model, forward, torch.arange(batch.numel()), self.cov[batch],
                                  g.y[batch], gc.correction, gc.shrinkage, wbar)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..runtime import protocol as proto
 from ..runtime.aggregator import Aggregator
+from ..models.dropout import dropout
 from ..runtime.replica import make_optimizer
 from ..blocks import owned_block
 from ..runtime.checkpoint import latest_checkpoint, load_checkpoint
@@ -62,7 +63,7 @@ class StageModel(nn.Module):
     def embed(self, h: Tensor, g) -> Tensor:
         # Fresh dropout on the frozen inputs every step (no cached aggregate, no frozen mask).
         if self.stage > 0:
-            h = F.dropout(h, self.dropout, self.training)
+            h = dropout(h, self.dropout, self.training)
         return self.layer(h, g)
 
     def forward(self, h: Tensor, g) -> Tensor:
@@ -92,7 +93,7 @@ class RetexoStrategy(Strategy):
         self.block = owned_block(g.indptr, g.indices, g.deg, g.num_owned)
         return float(g.seeds.numel())
 
-    def contribute(self, batch: Tensor, wbar: float) -> Contribution:
+    def contribute(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
         return contribution_from(self.model, lambda: self.model(self.inputs, self.block), batch,
                                  torch.ones(batch.numel()), self.graph.y[batch], "none", 0.0, 1.0)
 
