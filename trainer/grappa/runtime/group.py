@@ -25,6 +25,7 @@ import torch.distributed as dist
 log = logging.getLogger("grappa.group")
 
 DEFAULT_TIMEOUT_S = 600.0
+JOIN_TIMEOUT_S = 1800.0
 BEAT_S = 1.0
 # A counter that has not moved for this long, read twice, belongs to a rank that is gone.
 SILENT_AFTER_S = 3.0 * BEAT_S
@@ -80,9 +81,11 @@ class Group:
         timeout_s = timeout_s or timeout_from_env()
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-        # The store waits as long as the group: pods may start minutes apart.
+        # Joining may wait for pods still being scheduled or pulling images: the store keeps the
+        # old half-hour for that; collectives get the (shorter) group timeout.
         store = dist.TCPStore(host, port, world, is_master=rank == 0,
-                              timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+                              timeout=timedelta(seconds=max(JOIN_TIMEOUT_S, timeout_s)),
+                              wait_for_workers=False)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
         group = cls(rank, world, store, timeout_s)
