@@ -135,6 +135,9 @@ class Peer:
             "ours_worker_bytes_per_epoch": int(steady(ours)), "parameters": report["parameters"],
             "job_machines": whole, "ours_worker_bytes_total": [sum(col) for col in zip(
                 *(e["ours_worker_bytes"] for e in epochs))],
+            # the aggregator's own counters of every kind, over its epochs (set-up before excluded)
+            "ours_aggregator_bytes_total": sum(h["train_bytes"] + h["eval_bytes"] + h["control_bytes"]
+                                               for h in hist),
             "test_acc": report["result"]["test_acc"]})
 
     def run_distdgl(self, dataset: str, cfg: TrainConfig, net: ThrottledNetwork, out: Path,

@@ -45,13 +45,15 @@ def test_grappa_payload_is_the_all_reduce_and_the_kernel_counts_it(smoke):
     steps = sum(e["steps"] for e in g["epochs"])
     per_rank = network.step_bytes(g["parameters"], 0, 2)  # SAGE has no float buffers; P = 2
     assert g["ours_worker_bytes_total"] == [steps * b for b in per_rank[1:]]
-    # Every machine's kernel counters, the aggregator's included (a ring member now): at least the
-    # payload, and not much more than payload + TCP/IP headers + a fixed allowance (connection
-    # set-up, rendezvous, heartbeats, evaluation stats, commands) — no hidden second copy.
-    ours = [steps * b for b in per_rank]
-    for machine, payload in zip(g["job_machines"], ours):
-        kernel = machine["sent_bytes"] + machine["received_bytes"]
-        assert payload < kernel < 1.25 * payload + 4 * 2**20, (kernel, payload)
+    # Every machine's kernel counters, the aggregator's included (a ring member now), saw at least
+    # its share of the all-reduce
+    for machine, payload in zip(g["job_machines"], [steps * b for b in per_rank]):
+        assert machine["sent_bytes"] + machine["received_bytes"] > payload
+    # and the aggregator's saw no more than everything its counters hold (steps, evaluation rows,
+    # commands) plus TCP/IP headers and a fixed allowance for what precedes the first epoch
+    # (connections, rendezvous, the replica sync) and the heartbeats: no hidden second copy
+    agg = g["job_machines"][0]
+    assert agg["sent_bytes"] + agg["received_bytes"] < 1.15 * g["ours_aggregator_bytes_total"] + 2**20
 
 
 def test_probe_attributes_cpu_and_bytes_to_every_machine(smoke):
