@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .rendezvous import init_group
+
 KINDS = ("train", "fetch", "eval", "control")
 _HEADER = 9  # ndim, dtype code, up to 7 dims
 
@@ -52,7 +54,7 @@ class Link:
         missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if k not in os.environ]
         if missing:
             raise RuntimeError(f"missing rendezvous environment variables: {', '.join(missing)}")
-        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
+        init_group(timedelta(seconds=timeout_s))  # rendezvous.py: binds $GRAPPA_BIND_ADDRESS
         return cls(dist.get_rank(), dist.get_world_size())
 
     def close(self) -> None:
