@@ -1,7 +1,8 @@
 """Command line: `grappa prepare | train | single | aggregator | worker`.
 
 Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
-Exit codes: 0 ok, 1 failure, 2 invalid configuration, 3 the job cannot run with this data,
+Exit codes: 0 ok, 1 failure, 2 invalid configuration (also a run directory holding another
+run), 3 the job cannot run with this data or cannot write where it must,
 143 stopped by SIGTERM with the last completed epoch checkpointed (retryable: resume continues).
 """
 from __future__ import annotations
@@ -177,7 +178,7 @@ COMMANDS = {
 }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grappa", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, _) in COMMANDS.items():
@@ -189,7 +190,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         sub.choices[name].add_argument(
             "--reprepare", action="store_true",
             help="prepare the chunk store again when the dataset's files changed since it was made")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
         if args.command not in ("aggregator", "worker"):
