@@ -177,3 +177,14 @@ def test_line_progress_prints_a_line_per_five_percent():
     lines = buf.getvalue().splitlines()
     assert "\r" not in buf.getvalue() and len(lines) == 21  # 0 %, 5 %, ..., 100 %
     assert lines[-1].startswith("epochs: 1,000/1,000 ep (100%)")
+
+
+def test_a_finished_run_without_checkpoints_is_compared_by_its_report(tmp_path, capsys):
+    """checkpoint.interval 0 keeps no checkpoint: report.json still says what the run was."""
+    from grappa.config import TrainConfig
+    run = tmp_path / "run"
+    run.mkdir()
+    config = json.loads(TrainConfig(run_dir=str(run)).model_dump_json(by_alias=True))
+    (run / "report.json").write_text(json.dumps({"config": config, "history": []}))
+    assert main(["train", "--run-dir", str(run), "--arch", "sage"]) == 2
+    assert 'model.arch: "gcn" in the run, "sage" now' in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """A rerun in an existing run directory: resume it only when it is the same run.
 
-The newest checkpoint holds the configuration the run was made with (what a resume would load).
+The newest checkpoint holds the configuration the run was made with (what a resume would load;
+report.json's when a finished run kept none).
 Every setting is compared with it except where things live and how they are looked at
 (`PLACE_ONLY`); `training.epochs` may grow, which extends the run (RETEXO excepted: its epochs
 are split over its stages). Anything else that differs refuses the rerun, naming each field,
@@ -55,11 +56,16 @@ def differences(saved: dict, cfg: TrainConfig) -> list[str]:
 
 
 def saved_config(run_dir: Path) -> Optional[tuple[Path, dict]]:
-    """(checkpoint, its config) of the newest checkpoint, or None when there is none."""
+    """(file, config) of the newest checkpoint, else of report.json (a finished run that kept no
+    checkpoint), or None when the folder holds no run."""
     from .runtime.checkpoint import latest_checkpoint, load_checkpoint
     path = latest_checkpoint(run_dir)
     if path is None:
-        return None
+        report = run_dir / "report.json"
+        try:
+            return report, json.loads(report.read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
     try:
         ck = load_checkpoint(path)
     except RuntimeError as err:

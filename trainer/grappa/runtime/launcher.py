@@ -107,7 +107,8 @@ class LocalJob:
                     "OMP_NUM_THREADS": str(self.threads), "GRAPPA_THREADS": str(self.threads),
                     "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
                     # On loopback, the rendezvous store and metrics listen there only (rendezvous.py)
-                    **(place.env if place else {"GRAPPA_BIND_ADDRESS": "127.0.0.1"})}
+                    **(place.env if place else {"GRAPPA_RENDEZVOUS_ADDRESS": "127.0.0.1",
+                                                "GRAPPA_BIND_ADDRESS": "127.0.0.1"})}
         base_env.pop("GRAPPA_JOB_NAME", None)  # local runs take rounds from the config
         for rank in range(self.world):
             cmd = [sys.executable, "-m", "grappa", "aggregator" if rank == 0 else "worker"]

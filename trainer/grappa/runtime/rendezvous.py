@@ -1,5 +1,5 @@
 """Joining the gloo group (`env://` variables) with rank 0's rendezvous store listening only on
-$GRAPPA_BIND_ADDRESS when it is set: torch's TCPStore otherwise listens on every interface.
+$GRAPPA_RENDEZVOUS_ADDRESS when it is set: torch's TCPStore otherwise listens on every interface.
 `grappa train` sets 127.0.0.1 (a local run is reachable from this machine only); pods leave it
 unset, so workers reach the aggregator through its Service."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 
 def bind_address() -> str:
-    return os.environ.get("GRAPPA_BIND_ADDRESS", "").strip()
+    return os.environ.get("GRAPPA_RENDEZVOUS_ADDRESS", "").strip()
 
 
 def init_group(timeout: timedelta) -> None:

@@ -54,7 +54,7 @@ class Link:
         missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if k not in os.environ]
         if missing:
             raise RuntimeError(f"missing rendezvous environment variables: {', '.join(missing)}")
-        init_group(timedelta(seconds=timeout_s))  # rendezvous.py: binds $GRAPPA_BIND_ADDRESS
+        init_group(timedelta(seconds=timeout_s))  # rendezvous.py: binds $GRAPPA_RENDEZVOUS_ADDRESS
         return cls(dist.get_rank(), dist.get_world_size())
 
     def close(self) -> None:
