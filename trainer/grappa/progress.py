@@ -60,8 +60,11 @@ class LineProgress:
 
 
 def progress_bar(total: Optional[int], desc: str, unit: str, file: Optional[TextIO] = None, **tqdm_kw: Any):
-    """A tqdm bar when `file` (default stderr) is a terminal, else a LineProgress."""
+    """A tqdm bar when `file` (default stderr) is a terminal, else a LineProgress (a silent one
+    with `disable=True`, or when the total is unknown)."""
     file = file or sys.stderr
+    if tqdm_kw.get("disable"):
+        return LineProgress(None, desc, unit, file)
     if file.isatty():
         from tqdm import tqdm
         return tqdm(total=total, desc=desc, unit=unit, file=file, **tqdm_kw)
