@@ -40,3 +40,59 @@ def test_readme_arrays_example_runs_as_written(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     report = (tmp_path / "runs" / "mygraph" / "report.json")
     assert report.is_file() and "final test accuracy" in res.stdout
+
+
+def readme_commands() -> list[str]:
+    """Every `python -m grappa ...` command of the README's shell blocks, continuations joined."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    out = []
+    for block in text.split("```sh\n")[1:]:
+        body = block.split("```", 1)[0].replace("\\\n", " ")
+        out += [line.split("#", 1)[0].strip() for line in body.splitlines()
+                if line.startswith("python -m grappa ")]
+    return out
+
+
+def test_every_readme_command_parses_and_trains_runs_in_their_own_run_dirs(monkeypatch):
+    """All of them, with the flags on top of the files, as the CLI reads them (a dry run: some
+    need hours or a download); no two `train` commands share a run directory."""
+    import shlex
+
+    from grappa.cli import build_parser, config_from_args
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # examples/ paths as written
+    commands = readme_commands()
+    assert len(commands) >= 8
+    run_dirs = {}
+    for cmd in commands:
+        args = build_parser().parse_args(shlex.split(cmd)[3:])
+        cfg = config_from_args(args)
+        if args.command == "train":
+            assert cfg.run_dir not in run_dirs, f"{cmd!r} and {run_dirs[cfg.run_dir]!r} share {cfg.run_dir}"
+            run_dirs[cfg.run_dir] = cmd
+
+
+def test_readme_local_examples_run_as_written(tmp_path, data_root):
+    """The README's "Training locally" commands, run in a scratch folder one after the other, with
+    `--epochs 2` (added, or in place of 100) so they take seconds; Cora comes from the offline
+    copy in $GRAPPA_DATA_ROOT (so `--download` has nothing to fetch)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    lines = []
+    for line in readme_block("local").splitlines():
+        if line.startswith("python -m grappa "):
+            line = re.sub(r"--epochs \d+", "--epochs 2", line)
+            line += "" if "--epochs" in line else " --epochs 2"
+        lines.append(line)
+    script = "\n".join(lines).replace("examples/", f"{repo}/examples/").replace("python ", f"{sys.executable} ")
+    env = {**os.environ, "PYTHONPATH": f"{repo / 'trainer'}:{repo / 'operator'}"}
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "\r" not in res.stderr  # not a terminal: progress as lines
+    reports = sorted(p.parent.name for p in (tmp_path / "runs").glob("*/report.json"))
+    assert reports == ["cora", "cora-shrink09", "cora-single"]
+    assert res.stdout.count("final test accuracy") == 3

@@ -1,7 +1,8 @@
 """Command line: `grappa prepare | train | single | aggregator | worker`.
 
 Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
-Exit codes: 0 ok, 1 failure, 2 invalid configuration, 3 the job cannot run with this data,
+Exit codes: 0 ok, 1 failure, 2 invalid configuration (also a run directory holding another
+run), 3 the job cannot run with this data or cannot write where it must,
 143 stopped by SIGTERM with the last completed epoch checkpointed (retryable: resume continues).
 """
 from __future__ import annotations
@@ -11,11 +12,13 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from .config import ConfigError, TrainConfig, load_config
+from .outdirs import ensure_writable
 from .runtime.stop import EXIT_STOPPED, Stopped
 
 EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
@@ -66,7 +69,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. grappa.shrinkage=0.5")
         key, value = item.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); quote it "
+                              f"(--set '{key.strip()}=\"...\"') or fix the brackets") from None
     return load_config(getattr(args, "config", None), overrides)
 
 
@@ -79,9 +87,9 @@ def setup_logging() -> None:
         torch.set_num_threads(int(threads))
 
 
-def cmd_prepare(cfg: TrainConfig) -> int:
+def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     from .prepare import prepare_store
-    manifest = prepare_store(cfg, progress=True)
+    manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
     print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
           f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
     run = manifest.get("prepare")
@@ -92,11 +100,23 @@ def cmd_prepare(cfg: TrainConfig) -> int:
     return 0
 
 
-def cmd_train(cfg: TrainConfig) -> int:
+def claim_run_dir(cfg: TrainConfig, fresh: bool = False) -> None:
+    """The run directory is writable, and holds no other run (or, with --start-over, no run)."""
+    from .rerun import check_rerun, start_over
+    ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+    if fresh:
+        removed = start_over(Path(cfg.run_dir))
+        if removed:
+            print(f"grappa: --start-over: removed {', '.join(removed)} from {cfg.run_dir}", file=sys.stderr)
+    else:
+        check_rerun(cfg)
+
+
+def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
     from .runtime.launcher import LaunchError, LocalJob
     from .prepare import prepare_store
     print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
-    prepare_store(cfg, progress=True)
+    prepare_store(cfg, progress=True, reprepare=reprepare)
     method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
               if cfg.strategy == "grappa" else f"strategy {cfg.strategy}, fixed partitions")
     print(f"grappa: training {cfg.model.arch.upper()} x{cfg.model.layers} on {cfg.dataset.name} "
@@ -120,19 +140,19 @@ def print_result(result: dict, report: dict, run_dir: str) -> None:
 
 
 def cmd_single(cfg: TrainConfig) -> int:
-    from tqdm import tqdm
-
     from .data import load_dataset
+    from .progress import progress_bar
     from .report import write_report
     from .single import train_single
     data = load_dataset(cfg.dataset)
-    with tqdm(total=cfg.training.epochs, desc="epochs", unit="ep") as bar:
+    with progress_bar(cfg.training.epochs, "epochs", "ep") as bar:
         def tick(rec: dict) -> None:
             bar.update(1)
             if rec.get("val_acc") is not None:
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", val=f"{rec['val_acc']:.3f}")
         result, history = train_single(cfg, data, on_epoch=tick)
-    report_path = write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), history, result)
+    report_path = write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), history, result,
+                               extra={"evaluation": "exact evaluation, full graph"})
     print_result(result, json.loads(report_path.read_text()), cfg.run_dir)
     return 0
 
@@ -158,17 +178,33 @@ COMMANDS = {
 }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grappa", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, _) in COMMANDS.items():
         add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
-    args = parser.parse_args(argv)
+    sub.choices["train"].add_argument(
+        "--start-over", action="store_true",
+        help="delete the run directory's results (not its chunk store) and train from scratch")
+    for name in ("prepare", "train"):
+        sub.choices[name].add_argument(
+            "--reprepare", action="store_true",
+            help="prepare the chunk store again when the dataset's files changed since it was made")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
         if args.command not in ("aggregator", "worker"):
             setup_logging()
-        return COMMANDS[args.command][1](cfg)
+        if args.command == "train":
+            claim_run_dir(cfg, fresh=args.start_over)
+        elif args.command in ("single", "aggregator"):
+            ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+        extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
+        return COMMANDS[args.command][1](cfg, **extra)
     except ConfigError as err:
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CONFIG

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -327,27 +327,84 @@ def validate_config(data: dict, source: str = "config") -> TrainConfig:
         raise ConfigError(format_validation_error(err, source)) from None
 
 
+def _field(model: Optional[type[BaseModel]], key: str) -> tuple[str, Optional[type[BaseModel]]]:
+    """A key's wire name (camelCase) for either spelling, and the Section class the field holds
+    (Optional unwrapped) or None. Unknown keys are kept as written, so the validation error names
+    them as the user did."""
+    for name, field in (model.model_fields.items() if model else ()):
+        if key in (name, field.alias):
+            sub = next((c for c in (field.annotation, *get_args(field.annotation))
+                        if isinstance(c, type) and issubclass(c, Section)), None)
+            return field.alias or name, sub
+    return key, None
+
+
+def canonical(data: dict, model: Optional[type[BaseModel]], where: str = "") -> dict:
+    """`data` with every key in its camelCase spelling, recursively, so a file's `evalEvery` and a
+    flag's `eval_every` land on the same key (the later one wins). Both spellings of one field in
+    the same mapping are refused: which one was meant is a guess."""
+    out: dict = {}
+    seen: dict[str, str] = {}
+    for key, value in data.items():
+        name, sub = _field(model, key) if isinstance(key, str) else (key, None)
+        if name in seen:
+            raise ConfigError(f"{where}{seen[name]} and {where}{key} are the same setting: keep one")
+        seen[name] = key
+        out[name] = canonical(value, sub, f"{where}{name}.") if sub and isinstance(value, dict) else value
+    return out
+
+
+def _read_file(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path} does not exist" if not p.exists() else
+                          f"config file {path} is not a file: give a YAML or JSON file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1} column {mark.column + 1}" if mark else path
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML ({problem}); fix the file there "
+                          "(indent with spaces, quote values holding ':' or '#')") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path} cannot be read ({err}); give a readable YAML file") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level (field: value lines), "
+                          f"found a {type(data).__name__}")
+    return data
+
+
 def load_config(path: Optional[str] = None, overrides: Optional[dict] = None) -> TrainConfig:
-    """Config from a YAML/JSON file, or from $GRAPPA_CONFIG (JSON), with dotted overrides on top."""
+    """Config from a YAML/JSON file, or from $GRAPPA_CONFIG (JSON), with dotted overrides on top.
+    Keys may be camelCase or snake_case in the file and in the overrides alike."""
     data: dict = {}
     source = "config"
     if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        data = yaml.safe_load(p.read_text()) or {}
-        source = str(p)
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level")
+        data = _read_file(path)
+        source = str(path)
     elif os.environ.get("GRAPPA_CONFIG"):
-        data = json.loads(os.environ["GRAPPA_CONFIG"])
+        try:
+            data = json.loads(os.environ["GRAPPA_CONFIG"])
+        except ValueError as err:
+            raise ConfigError(f"$GRAPPA_CONFIG is not valid JSON ({err}); it is written by the "
+                              "operator or the launcher: recreate the job") from None
         source = "$GRAPPA_CONFIG"
+        if not isinstance(data, dict):
+            raise ConfigError("$GRAPPA_CONFIG: expected a JSON object; recreate the job")
+    data = canonical(data, TrainConfig)
     for dotted, value in (overrides or {}).items():
-        node = data
+        node, model = data, TrainConfig
         *parents, leaf = dotted.split(".")
         for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+            key, model = _field(model, part)
+            if not isinstance(node.get(key), dict):  # absent, or a scalar the override replaces
+                node[key] = {}
+            node = node[key]
+        leaf, sub = _field(model, leaf)
+        node[leaf] = canonical(value, sub, f"{dotted}.") if sub and isinstance(value, dict) else value
     return validate_config(data, source)
 
 

@@ -15,6 +15,7 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
                  extra: Optional[dict] = None) -> Path:
     run_dir = Path(run_dir)
     evals = [h for h in history if h.get("val_acc") is not None]
+    extra = {"evaluation": describe_evaluation(config), "resumed_at": resumes(run_dir), **(extra or {})}
     report = {
         "config": config,
         "result": result,
@@ -28,12 +29,42 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
         "final": evals[-1] if evals else None,
         "memory": memory_summary(history),
         "history": history,
-        **(extra or {}),
+        **extra,
     }
     path = run_dir / "report.json"
     path.write_text(json.dumps(report, indent=2))
-    plot_history(history, run_dir / "training.png", title=config.get("title") or describe_run(config))
+    plot_history(history, run_dir / "training.png", title=config.get("title") or describe_run(config),
+                 evaluation=extra["evaluation"], best_epoch=result.get("best_epoch"),
+                 resumed_at=extra["resumed_at"])
     return path
+
+
+def describe_evaluation(config: dict) -> str:
+    """How the accuracies were measured, as the trainer decides it (config.sampled_eval)."""
+    t = config.get("training") or {}
+    mode = t.get("evalMode") or ("sampled" if t.get("mode") == "mini-batch" else "exact")
+    if mode != "sampled":
+        return "exact evaluation"
+    fraction = t.get("evalFraction", 1.0)
+    share = "all nodes" if fraction >= 1 else f"{fraction:.0%} of nodes"
+    return f"sampled evaluation, {share}"
+
+
+def resumes(run_dir: Path) -> list[int]:
+    """Epochs after which the run was resumed from a checkpoint (metrics.jsonl's resume events)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line cut by a kill
+            continue
+        if rec.get("event") == "resume":
+            out.append(int(rec["epoch"]))
+    return out
 
 
 def memory_summary(history: list[dict]) -> Optional[dict]:
@@ -67,24 +98,46 @@ def describe_run(config: dict) -> str:
         return "Grappa training"
 
 
-def plot_history(history: list[dict], path: Path, title: Optional[str] = None) -> None:
+def plot_history(history: list[dict], path: Path, title: Optional[str] = None,
+                 evaluation: str = "exact evaluation", best_epoch: Optional[int] = None,
+                 resumed_at: Optional[list[int]] = None) -> None:
     if not history:
         return
+    fig = history_figure(history, title, evaluation, best_epoch, resumed_at or [])
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def history_figure(history: list[dict], title: Optional[str], evaluation: str,
+                   best_epoch: Optional[int], resumed_at: list[int]):
+    """Loss and accuracy per epoch; rounds (grey), resumes (dashed) and the best epoch marked."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     ep = [h["epoch"] for h in history]
     ax_loss.plot(ep, [h["loss"] for h in history], label="train loss (seeds)")
     ev = [h for h in history if h.get("val_acc") is not None]
     for split, style in (("train", ":"), ("val", "-"), ("test", "--")):
         ax_acc.plot([h["epoch"] for h in ev], [h[f"{split}_acc"] for h in ev], style, label=split)
+    best = next((h for h in ev if h["epoch"] == best_epoch), None)
+    if best is not None:
+        ax_acc.plot([best_epoch], [best["val_acc"]], "*", color="black", markersize=11,
+                    label=f"best val {best['val_acc']:.3f} (epoch {best_epoch}, model.pt)")
     starts = sorted({h["round_start"] for h in history if h.get("round_start", 0) > 0})
     for ax in (ax_loss, ax_acc):
         for s in starts:
             ax.axvline(s + 0.5, color="grey", alpha=0.3, lw=1)
+        for i, r in enumerate(resumes_in(resumed_at, ep)):
+            ax.axvline(r + 0.5, color="tab:red", ls="--", lw=1,
+                       label="resumed from a checkpoint" if i == 0 else None)
         ax.set_xlabel("epoch")
         ax.legend(loc="best", fontsize=8)
     ax_loss.set_ylabel("loss")
-    ax_acc.set_ylabel("accuracy (exact evaluation)")
+    ax_acc.set_ylabel(f"accuracy ({evaluation})")
     fig.suptitle((title or "Grappa training") + ("  (grey lines: repartition rounds)" if starts else ""))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def resumes_in(resumed_at: list[int], epochs: list[int]) -> list[int]:
+    """Resumes inside the plotted epochs (a resume of a finished run adds nothing to show)."""
+    last = max(epochs, default=0)
+    return sorted({r for r in resumed_at if 0 < r < last})

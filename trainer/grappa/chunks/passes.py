@@ -63,6 +63,7 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
             writers["y.npy"].append(NpyWriter(folder / "y.npy", np.int32, (), rows))
     split_counts = np.zeros((plan.num_chunks, 4), dtype=np.int64)
     max_label, seen = -1, 0
+    used: set[int] = set()  # label ids present, when the class count is left to the data
     for block in source.node_blocks(plan.block_rows):
         m = block.x.shape[0]
         if block.start != seen or block.x.shape[1:] != (f,):
@@ -71,6 +72,8 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
         x = checked_features(block.x, plan.feature_dtype, source, block.start)
         if block.y is not None:
             max_label = max(max_label, check_labels(block.y, block.split, source, block.start))
+            if source.num_classes is None:
+                used.update(np.unique(block.y[block.y >= 0]).tolist())
         chunk = assign.chunk_of(np.arange(block.start, block.start + m))
         order = np.argsort(chunk.astype(assign.dtype), kind="stable")
         bounds = np.searchsorted(chunk[order], np.arange(plan.num_chunks + 1))
@@ -89,7 +92,8 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
         raise DatasetError(f"{source.feature_origin} has {seen} rows but the graph has "
                            f"{source.num_nodes} nodes")
     files = {name: [w.close() for w in ws] for name, ws in writers.items() if ws}
-    return {"files": files, "split_counts": split_counts.tolist(), "max_label": max_label}
+    return {"files": files, "split_counts": split_counts.tolist(), "max_label": max_label,
+            "labels_used": sorted(used)}
 
 
 def edge_pass(part: EdgePart, source_nodes: int, add_inverse: bool, plan: Plan,

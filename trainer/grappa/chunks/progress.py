@@ -32,8 +32,8 @@ class PhaseBar:
 
     def __enter__(self) -> "PhaseBar":
         if self.enabled:
-            from tqdm import tqdm
-            self._bar = tqdm(total=self.total, desc=self.desc, unit="edge", unit_scale=True, smoothing=0.1)
+            from grappa.progress import progress_bar
+            self._bar = progress_bar(self.total, self.desc, "edge", unit_scale=True, smoothing=0.1)
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
         return self

@@ -38,6 +38,7 @@ from grappa.chunks.progress import Counters, PhaseBar
 from grappa.chunks.spill import plan_range_bits, spill_files
 from grappa.memory import peak_rss_bytes
 from grappa.sources.base import GraphSource
+from grappa.sources.checks import check_label_gaps
 from grappa.sources.errors import DatasetError
 
 MAX_DEFAULT_WORKERS = 4
@@ -122,9 +123,10 @@ def default_workers(source: GraphSource, block_edges: int, requested: Optional[i
 
 def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int, source_id: dict, *,
             feature_dtype: str = "float32", block_edges: int = 1 << 22, workers: Optional[int] = None,
-            progress: bool = True) -> dict[str, Any]:
+            progress: bool = True, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Write the store for `source` and return its manifest. Idempotent: an existing store for the
-    same `source_id`, K and seed is returned untouched; a different one raises ChunkStoreError."""
+    same `source_id`, K and seed is returned untouched; a different one raises ChunkStoreError.
+    `extra` goes into the manifest as it is (e.g. the source files' fingerprints)."""
     out_dir = Path(out_dir)
     if is_prepared(out_dir, source_id, num_chunks, seed):
         return read_manifest(out_dir)
@@ -153,6 +155,7 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
                     "or give the prepare more memory") from None
         manifest = _manifest(source, plan, source_id, nodes_out, files, stats, edges_read)
         workers_peak = [v for pid, v in sorted(peaks.by_pid.items()) if pid != os.getpid()]
+        manifest.update(extra or {})
         manifest["prepare"] = {"block_edges": block_edges, "workers": nworkers,
                                "range_bits": plan.range_bits,
                                "seconds": round(time.perf_counter() - started, 2),
@@ -245,6 +248,8 @@ class _ChunkWriters:
 
 def _manifest(source: GraphSource, plan: Plan, source_id: dict, nodes_out: dict[str, Any],
               files: dict[str, list], stats: dict[str, Any], edges_read: int) -> dict[str, Any]:
+    if source.num_classes is None:
+        check_label_gaps(nodes_out["labels_used"], source)
     num_classes = source.num_classes or nodes_out["max_label"] + 1
     if num_classes < 1:
         raise DatasetError(f"{source.label_origin}: no node has a label (all -1); label some nodes")

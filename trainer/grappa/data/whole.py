@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
-from grappa.sources.checks import check_edge_ids, check_labels, checked_features
+from grappa.sources.checks import check_edge_ids, check_label_gaps, check_labels, checked_features
 from grappa.sources.errors import DatasetError
 
 from .graph import clean_edges
@@ -34,8 +34,11 @@ def read_whole(source: GraphSource) -> Data:
     edge_index = torch.stack([torch.cat(src), torch.cat(dst)])
     if source.add_inverse_edges:
         edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    y = torch.from_numpy(np.concatenate(ys))
+    if source.num_classes is None:
+        check_label_gaps(torch.unique(y[y >= 0]).tolist(), source)
     split = torch.from_numpy(np.concatenate(splits))
-    data = Data(x=torch.from_numpy(np.concatenate(xs)), y=torch.from_numpy(np.concatenate(ys)),
+    data = Data(x=torch.from_numpy(np.concatenate(xs)), y=y,
                 edge_index=clean_edges(edge_index, source.num_nodes), num_nodes=source.num_nodes)
     data.train_mask, data.val_mask, data.test_mask = split == SPLIT_TRAIN, split == SPLIT_VAL, split == SPLIT_TEST
     data.num_classes = int(source.num_classes or max_label + 1)

@@ -22,6 +22,8 @@ from typing import Optional
 
 import torch.distributed as dist
 
+from .rendezvous import open_store
+
 log = logging.getLogger("grappa.group")
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -83,9 +85,7 @@ class Group:
         host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
         # Joining may wait for pods still being scheduled or pulling images: the store keeps the
         # old half-hour for that; collectives get the (shorter) group timeout.
-        store = dist.TCPStore(host, port, world, is_master=rank == 0,
-                              timeout=timedelta(seconds=max(JOIN_TIMEOUT_S, timeout_s)),
-                              wait_for_workers=False)
+        store = open_store(host, port, world, rank, timedelta(seconds=max(JOIN_TIMEOUT_S, timeout_s)))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
         group = cls(rank, world, store, timeout_s)

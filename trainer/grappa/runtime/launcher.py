@@ -106,7 +106,9 @@ class LocalJob:
                     "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world),
                     "OMP_NUM_THREADS": str(self.threads), "GRAPPA_THREADS": str(self.threads),
                     "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
-                    **(place.env if place else {})}
+                    # On loopback, the rendezvous store and metrics listen there only (rendezvous.py)
+                    **(place.env if place else {"GRAPPA_RENDEZVOUS_ADDRESS": "127.0.0.1",
+                                                "GRAPPA_BIND_ADDRESS": "127.0.0.1"})}
         base_env.pop("GRAPPA_JOB_NAME", None)  # local runs take rounds from the config
         for rank in range(self.world):
             cmd = [sys.executable, "-m", "grappa", "aggregator" if rank == 0 else "worker"]
@@ -137,8 +139,8 @@ class LocalJob:
         offset = metrics.stat().st_size if metrics.exists() else 0
         bar = None
         if self.progress:
-            from tqdm import tqdm
-            bar = tqdm(total=self.cfg.training.epochs, desc="epochs", unit="ep", dynamic_ncols=True)
+            from ..progress import progress_bar
+            bar = progress_bar(self.cfg.training.epochs, "epochs", "ep", dynamic_ncols=True)
         try:
             while True:
                 offset = self._advance(metrics, offset, bar)

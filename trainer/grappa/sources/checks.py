@@ -56,3 +56,28 @@ def check_labels(y: np.ndarray, split: np.ndarray, source: GraphSource, start: i
         raise DatasetError(f"node {start + i} is in {where} but has no label (label -1 in "
                            f"{source.label_origin}); label it or leave it out of the split")
     return int(y.max()) if y.size else -1
+
+
+def id_ranges(ids: list[int]) -> str:
+    """Sorted ids as ranges: [0, 1, 2, 3, 4, 9] -> '0-4, 9'."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def check_label_gaps(used: list[int], source: GraphSource) -> None:
+    """With the class count taken from the data (largest label + 1), every class below it must
+    occur: a gap is usually a stray label that would silently add classes to the model."""
+    if not used or len(used) == used[-1] + 1:
+        return
+    gaps = sorted(set(range(used[-1] + 1)) - set(used))
+    raise DatasetError(
+        f"{source.label_origin}: labels use the class ids {id_ranges(used)} but never "
+        f"{id_ranges(gaps)}, so the model would have {used[-1] + 1} classes. If a label is wrong, "
+        f"fix it in {source.label_origin}; if those classes exist but have no node here, set "
+        f"dataset.arrays.numClasses: {used[-1] + 1}")

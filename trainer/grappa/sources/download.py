@@ -18,7 +18,7 @@ from .ogb import OGB_META, dataset_dir
 def download_ogb(name: str, root: Path, progress: bool = True, url: str | None = None) -> Path:
     """Download and unzip `name` to <root>/<ogbn_name>; returns that folder. The folder appears
     only once complete (unzipped beside it, then renamed)."""
-    from tqdm import tqdm
+    from grappa.progress import progress_bar
 
     meta = OGB_META[name]
     target = dataset_dir(root, name)
@@ -32,8 +32,8 @@ def download_ogb(name: str, root: Path, progress: bool = True, url: str | None =
         archive = work / f"{meta.download_name}.zip"
         try:
             with urllib.request.urlopen(url or meta.url) as resp, open(archive, "wb") as out, \
-                    tqdm(total=int(resp.headers.get("Content-Length") or 0) or None, unit="B",
-                         unit_scale=True, desc=f"download {name}", disable=not progress) as bar:
+                    progress_bar(int(resp.headers.get("Content-Length") or 0) or None, f"download {name}",
+                                 "B", unit_scale=True, disable=not progress) as bar:
                 while chunk := resp.read(1 << 20):
                     out.write(chunk)
                     bar.update(len(chunk))

@@ -1,0 +1,190 @@
+"""`grappa train` run twice in one run directory, watched from outside (issue 27, items 2, 6, 7):
+a rerun resumes only the same run; outputs say what happened; local ports listen on loopback."""
+import contextlib
+import io
+import json
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from grappa.cli import main
+
+P = 2
+
+
+def free_base_port(count: int) -> int:
+    """A port p with p .. p + count - 1 free on every interface (metrics use base + rank)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for p in range(base, base + count):
+                    stack.enter_context(socket.socket()).bind(("0.0.0.0", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
+
+
+def listening(pids: list[int]) -> set[tuple[str, int]]:
+    out = set()
+    for pid in pids:
+        try:
+            for c in psutil.Process(pid).net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add((c.laddr.ip, c.laddr.port))
+        except psutil.Error:  # exited meanwhile
+            pass
+    return out
+
+
+def train(argv: list[str], run_dir: Path, watch: bool = False) -> dict:
+    """main(["train", ...]) with its output captured (not a terminal, as in a pod's log), and
+    while it runs the listening sockets of its ranks (pids.json)."""
+    out, err, result, seen = io.StringIO(), io.StringIO(), {}, set()
+
+    def run() -> None:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            result["rc"] = main(argv)
+
+    t = threading.Thread(target=run)
+    t.start()
+    while t.is_alive():
+        pids = run_dir / "pids.json"
+        if watch and pids.is_file():
+            try:
+                seen |= listening([int(p) for p in json.loads(pids.read_text()).values()])
+            except ValueError:  # being written
+                pass
+        time.sleep(0.05)
+    t.join()
+    return {"rc": result.get("rc"), "out": out.getvalue(), "err": err.getvalue(), "listening": seen}
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs")
+    run = tmp / "run"
+    port = free_base_port(P + 1)
+    argv = ["train", "--dataset", "csbm", "--set", "dataset.synthetic.numNodes=400", "--partitions", str(P),
+            "--hidden", "16", "--epochs", "4", "--checkpoint-interval", "2", "--run-dir", str(run),
+            "--store-dir", str(tmp / "store"), "--metrics-port", str(port)]
+    res = train(argv, run, watch=True)
+    assert res["rc"] == 0, res["err"][-3000:]
+    return {**res, "argv": argv, "run": run, "tmp": tmp, "port": port}
+
+
+def copy_of(first, name: str) -> tuple[Path, list[str]]:
+    """The first run in a folder of its own, and its command pointed there."""
+    run = first["tmp"] / name
+    shutil.copytree(first["run"], run)
+    argv = [str(run) if a == str(first["run"]) else a for a in first["argv"]]
+    return run, argv
+
+
+def test_a_local_run_listens_on_loopback_only(first):
+    """Rendezvous store, gloo pairs and every rank's metrics port: 127.0.0.1, never 0.0.0.0."""
+    ports = {p for _, p in first["listening"]}
+    assert {first["port"] + r for r in range(P + 1)} <= ports, first["listening"]
+    assert {ip for ip, _ in first["listening"]} == {"127.0.0.1"}, first["listening"]
+
+
+def test_progress_off_a_terminal_is_lines_not_carriage_returns(first):
+    err = first["err"]
+    assert "\r" not in err
+    epoch_lines = [x for x in err.splitlines() if x.startswith("epochs: ")]
+    assert epoch_lines[-1].startswith("epochs: 4/4 ep (100%)") and len(epoch_lines) <= 4
+
+
+@pytest.mark.parametrize("change,named", [
+    (["--set", "grappa.shrinkage=0.9", "--epochs", "2"],
+     ["grappa.shrinkage: 0.5 in the run, 0.9 now", "training.epochs: 4 in the run, 2 now"]),
+    (["--arch", "sage"], ['model.arch: "gcn" in the run, "sage" now']),
+    (["--set", "dataset.synthetic.numNodes=500"], ["dataset.synthetic.numNodes: 400 in the run, 500 now"]),
+])
+def test_a_rerun_with_other_settings_is_refused_naming_each_field(first, capsys, change, named):
+    run = first["run"]
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert main(first["argv"] + change) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("grappa: error: run directory")
+    for text in named:
+        assert text in err
+    assert "--run-dir" in err and "--start-over" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # untouched
+
+
+def test_where_things_go_may_change_between_reruns(first, tmp_path):
+    from grappa.cli import build_parser, config_from_args
+    from grappa.rerun import check_rerun, saved_config
+    assert saved_config(first["run"]) is not None
+    argv = first["argv"] + ["--metrics-port", "0", "--checkpoint-interval", "1", "--store-dir",
+                            str(tmp_path), "--data-root", str(tmp_path), "--epochs", "9"]
+    check_rerun(config_from_args(build_parser().parse_args(argv)))  # raises if refused
+
+
+def test_more_epochs_extend_the_run_and_the_plot_marks_resume_and_best(first):
+    from grappa.report import history_figure
+    run, argv = copy_of(first, "extended")
+    res = train(argv + ["--epochs", "6"], run)
+    assert res["rc"] == 0, res["err"][-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["epochs"] == 6 and report["resumed_at"] == [4]
+    assert report["evaluation"] == "exact evaluation"
+    fig = history_figure(report["history"], None, report["evaluation"], report["result"]["best_epoch"],
+                         report["resumed_at"])
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
+    assert "resumed from a checkpoint" in labels
+    assert any(x.startswith("best val ") and f"(epoch {report['result']['best_epoch']}" in x for x in labels)
+
+
+def test_start_over_trains_the_new_settings_from_scratch(first):
+    run, argv = copy_of(first, "restarted")
+    res = train(argv + ["--arch", "sage", "--start-over"], run)
+    assert res["rc"] == 0, res["err"][-3000:]
+    assert "--start-over: removed checkpoints, metrics.jsonl, report.json" in res["err"]
+    report = json.loads((run / "report.json").read_text())
+    assert report["config"]["model"]["arch"] == "sage"
+    assert report["epochs"] == 4 and report["resumed_at"] == []
+
+
+def test_sampled_evaluation_is_labelled_as_such(tmp_path):
+    from grappa.report import history_figure, write_report
+    history = [{"epoch": e, "loss": 1.0 / e, "round": 0, "train_acc": 0.5, "val_acc": 0.4 + e / 100,
+                "test_acc": 0.4} for e in range(1, 6)]
+    config = {"training": {"mode": "mini-batch", "evalFraction": 0.1}}
+    report = json.loads(write_report(tmp_path, config, history, {"best_epoch": 5}).read_text())
+    assert report["evaluation"] == "sampled evaluation, 10% of nodes"
+    fig = history_figure(history, None, report["evaluation"], 5, [])
+    assert fig.axes[1].get_ylabel() == "accuracy (sampled evaluation, 10% of nodes)"
+
+
+def test_line_progress_prints_a_line_per_five_percent():
+    from grappa.progress import progress_bar
+    buf = io.StringIO()
+    with progress_bar(1000, "epochs", "ep", file=buf) as bar:
+        for _ in range(1000):
+            bar.update(1)
+    lines = buf.getvalue().splitlines()
+    assert "\r" not in buf.getvalue() and len(lines) == 21  # 0 %, 5 %, ..., 100 %
+    assert lines[-1].startswith("epochs: 1,000/1,000 ep (100%)")
+
+
+def test_a_finished_run_without_checkpoints_is_compared_by_its_report(tmp_path, capsys):
+    """checkpoint.interval 0 keeps no checkpoint: report.json still says what the run was."""
+    from grappa.config import TrainConfig
+    run = tmp_path / "run"
+    run.mkdir()
+    config = json.loads(TrainConfig(run_dir=str(run)).model_dump_json(by_alias=True))
+    (run / "report.json").write_text(json.dumps({"config": config, "history": []}))
+    assert main(["train", "--run-dir", str(run), "--arch", "sage"]) == 2
+    assert 'model.arch: "gcn" in the run, "sage" now' in capsys.readouterr().err
