@@ -21,7 +21,7 @@ from .config import ConfigError, TrainConfig, load_config
 from .outdirs import ensure_writable
 from .runtime.stop import EXIT_STOPPED, Stopped
 
-EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
+EXIT_CRASH, EXIT_CONFIG, EXIT_CANNOT_RUN = 1, 2, 3
 
 # flag -> dotted config field
 FLAGS = {
@@ -218,7 +218,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_STOPPED)
     except Exception as err:
-        from .errors import CANNOT_RUN  # lazy: keeps config errors fast (no torch import)
+        from .errors import CANNOT_RUN, GROUP_FAILED  # lazy: keeps config errors fast (no torch import)
+        if isinstance(err, GROUP_FAILED):  # another rank died, froze or diverged: retryable
+            print(f"grappa: error: {err}", file=sys.stderr)
+            return EXIT_CRASH
         if not isinstance(err, CANNOT_RUN):
             raise
         print(f"grappa: error: {err}", file=sys.stderr)

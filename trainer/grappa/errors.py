@@ -1,6 +1,13 @@
-"""Errors that mean "this job cannot run with this data" (exit code 3), as opposed to crashes."""
+"""Errors that end a run with one `grappa: error:` line instead of a traceback.
+
+CANNOT_RUN: this job cannot run with this data or these folders (exit code 3, permanent).
+GROUP_FAILED: another rank died, froze or diverged (exit code 1: a restart resumes the job).
+"""
 from .chunks import ChunkStoreError
 from .outdirs import OutputDirError
+from .runtime.group import GroupFailure
+from .runtime.replica import ReplicaDiverged
 from .sources.errors import DatasetError
 
 CANNOT_RUN = (ChunkStoreError, DatasetError, OutputDirError)
+GROUP_FAILED = (GroupFailure, ReplicaDiverged)
