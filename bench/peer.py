@@ -46,6 +46,8 @@ SHOWN = ("epoch_seconds", "kernel_bytes_per_epoch", "test_acc", "error")  # prin
 DATASETS = {
     "coauthor-physics": {"name": "coauthor-physics"},
     "rmat": {"name": "rmat", "synthetic": {"scale": 17, "numFeatures": 64}},  # 131K nodes, 2.1M edges
+    # 1M nodes, 16.8M edges: a graph on which P = 64 still leaves each machine real work
+    "rmat-20": {"name": "rmat", "synthetic": {"scale": 20, "numFeatures": 64}},
     "tiny": {"name": "csbm", "synthetic": {"numNodes": 2000, "numFeatures": 16}},
 }
 

@@ -20,7 +20,7 @@ LABEL = {"grappa": "Grappa", "grappa-star": "Grappa, previous star exchange", "d
 # DistDGL ÷ Grappa to reach, measured (issue 25): (dataset, P, link) -> ratio
 TARGETS = {("coauthor-physics", 8, "1gbit"): 2.5, ("rmat", 8, "1gbit"): 2.0}
 SCALARS = 5  # float32 scalars in a step message (runtime/exchange.py)
-SHORT = {"coauthor-physics": "Physics", "rmat": "RMAT-17"}
+SHORT = {"coauthor-physics": "Physics", "rmat": "RMAT-17", "rmat-20": "RMAT-20"}
 PROJECT_TO = (8, 16, 64)
 PROJECT_RATES = ("1gbit", "10gbit")
 LATENCY = 1e-4  # seconds per round trip, for the latency column of the projections
