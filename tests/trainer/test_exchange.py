@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from grappa.config import TrainConfig, dump_config
-from grappa.prepare import prepare_store
 from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from grappa.runtime.exchange import StepOutcome
 from grappa.runtime.launcher import LocalJob
@@ -20,6 +19,7 @@ from grappa.runtime.transport import ring_allreduce_bytes
 from grappa.simulate import Simulation
 
 from previous_exchange import star_step
+from small_jobs import csbm_job
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).resolve().parent / "faults"
@@ -29,18 +29,7 @@ REL_TOL = 1e-4
 
 
 def job(tmp_path: Path, **overrides) -> TrainConfig:
-    base = {"partitions": 2, "dataset": {"name": "csbm", "synthetic": {"numNodes": 600}},
-            "model": {"hidden": 16}, "training": {"epochs": 4}, "checkpoint": {"interval": 1},
-            "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")}
-    for k, v in overrides.items():
-        node = base
-        *parents, leaf = k.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = v
-    cfg = TrainConfig.model_validate(base)
-    prepare_store(cfg, progress=False)
-    return cfg
+    return csbm_job(tmp_path, **{"training.epochs": 4, "checkpoint.interval": 1, **overrides})
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 5, 9, 65])

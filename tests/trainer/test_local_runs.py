@@ -11,6 +11,7 @@ import pytest
 
 from grappa.config import TrainConfig
 from grappa.runtime.launcher import LocalJob
+from small_jobs import csbm_job
 from grappa.models import GNN
 from grappa.params import num_buffer_values, num_params
 from grappa.prepare import prepare_store
@@ -21,18 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def job(tmp_path, **overrides) -> TrainConfig:
-    base = {"partitions": 2, "dataset": {"name": "csbm", "synthetic": {"numNodes": 600}},
-            "model": {"hidden": 16}, "training": {"epochs": 3},
-            "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")}
-    for k, v in overrides.items():
-        node = base
-        *parents, leaf = k.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = v
-    cfg = TrainConfig.model_validate(base)
-    prepare_store(cfg, progress=False)
-    return cfg
+    return csbm_job(tmp_path, **overrides)
 
 
 @pytest.mark.parametrize("mode", ["full-graph", "mini-batch"])
