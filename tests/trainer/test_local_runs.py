@@ -14,7 +14,6 @@ from grappa.runtime.launcher import LocalJob
 from small_jobs import csbm_job
 from grappa.models import GNN
 from grappa.params import num_buffer_values, num_params
-from grappa.prepare import prepare_store
 from grappa.runtime.exchange import SCALARS
 from grappa.runtime.transport import ring_allreduce_bytes
 
