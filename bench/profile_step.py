@@ -11,7 +11,8 @@ time.process_time, and the loop is also run under cProfile (CPU clock), whose to
 own time are written beside. Both designs run side by side in one invocation:
 
 - previous: torch's dropout, a PSS reading after every step (what the worker did before);
-- current: models/dropout.py, PSS read at most every runtime.worker.PSS_SAMPLE_S.
+- current: models/dropout.py, PSS read in the background every runtime.worker.PSS_SAMPLE_S
+  (charged here as one reading per that many seconds of the loop's wall time).
 
     python bench/profile_step.py                  # -> docs/results/profile-step.json
 """
@@ -111,7 +112,7 @@ def profile(work: Path, steps: int, design: str = "current", partitions: int = 8
         if design == "previous":
             memory.sample()
         else:
-            memory.sample_every(PSS_SAMPLE_S)
+            memory.sample_every(PSS_SAMPLE_S)  # what the background thread costs, on this clock
         clock.lap("memory")
         seeds += batch.numel()
     wall = time.perf_counter() - t0

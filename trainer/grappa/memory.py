@@ -3,8 +3,8 @@ shared by k processes, such as the store's memory-mapped files or torch's librar
 in each, so the PSS of all ranks adds up to what the machine really holds).
 
 The kernel keeps a peak for RSS only, so PSS is sampled: at every `sample()` call, by
-`sample_every()` at most once per interval (the worker's steps: a reading walks every mapping,
-~14 ms of CPU with torch loaded) and by an optional background thread.
+`sample_every()` at most once per interval, and by an optional background thread. A reading walks
+every mapping (14-21 ms of CPU with torch and a chunk store mapped): keep it off hot paths.
 """
 from __future__ import annotations
 

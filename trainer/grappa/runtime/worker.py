@@ -35,8 +35,9 @@ from .replica import checksum, load_optimizer_bytes, make_optimizer
 from .stop import Stopped
 from .transport import Link
 
-# Reading PSS walks every mapping (~14 ms of CPU with torch loaded): not every step.
-PSS_SAMPLE_S = 2.0
+# Reading PSS walks every mapping (14-21 ms of CPU with torch and the store mapped), so a worker
+# reads it in the background every few seconds and at each epoch's report, never per step.
+PSS_SAMPLE_S = 5.0
 
 class Worker:
     def __init__(self, cfg: TrainConfig, link: Link, store: Optional[ChunkStore] = None):
@@ -53,7 +54,7 @@ class Worker:
         peers = LinkPeers(link) if strategy_class(cfg.strategy).needs_peers else None
         self.shard = make_strategy(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
-        self.memory = PeakMemory(interval=1.0)  # PSS has no kernel peak: sampled (14 ms a reading)
+        self.memory = PeakMemory(interval=PSS_SAMPLE_S)  # PSS has no kernel peak: sampled
         self._epoch = 0  # the epoch being run, for the sampled evaluation's seed
 
     # -- set-up ------------------------------------------------------------------------------
@@ -106,7 +107,6 @@ class Worker:
             if out.stopped:
                 raise Stopped()  # the aggregator is stopping (SIGTERM): it saves, we leave
             ahead = out.prefetched
-            self.memory.sample_every(PSS_SAMPLE_S)
             if self.metrics is not None:
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
 
