@@ -189,6 +189,8 @@ def run_one(peer: Peer, system: str, dataset: str, p: int, layers: int, preset: 
         else:
             rec = peer.run_grappa(cfg, net)
     return {**rec, "wall_seconds": time.perf_counter() - t0, "network_tag": net.tag, "fanouts": cfg.fanouts,
+            # what else the machine ran meanwhile: 1-minute load average at the end of the job
+            "load_average": os.getloadavg()[0],
             "batch_size": cfg.training.batch_size, "train_nodes": int(peer.graph(dataset)[0].train_mask.sum())}
 
 
