@@ -10,8 +10,10 @@ whole machine's CPU per step with the probe). Each phase's CPU time is measured 
 time.process_time, and the loop is also run under cProfile (CPU clock), whose top functions by
 own time are written beside. Both designs run side by side in one invocation:
 
-- previous: torch's dropout, a PSS reading after every step (what the worker did before);
-- current: models/dropout.py, PSS read in the background every runtime.worker.PSS_SAMPLE_S
+- previous: torch's dropout, SAGE projecting before it aggregates in every layer, a PSS reading
+  after every step (what the worker did before);
+- current: models/dropout.py, SAGE in the cheaper order (models/sage.py), PSS read in the
+  background every runtime.worker.PSS_SAMPLE_S
   (charged here as one reading per that many seconds of the loop's wall time).
 
     python bench/profile_step.py                  # -> docs/results/profile-step.json
@@ -57,13 +59,28 @@ class PhaseClock:
         self._mark = now
 
 
+def _project_first(self, h, block):
+    """SAGELayer.forward as it was: project every source row, then aggregate."""
+    from grappa.models.ops import block_matmul, mean_operator, rows
+    p = torch.nn.functional.linear(h, self.lin_l.weight)
+    mean = block_matmul(mean_operator(block, p.dtype), p)
+    return mean + self.lin_l.bias + self.lin_r(rows(h, block.num_dst))
+
+
+_CURRENT = {}
+
+
 def use_design(design: str) -> None:
-    """Swap in the previous step's dropout, or today's."""
+    """Swap in the previous step's dropout and SAGE order, or today's."""
     import torch.nn.functional as F
 
     from grappa.models import dropout as ours
+    from grappa.models.sage import SAGELayer
+    _CURRENT.setdefault("sage", SAGELayer.forward)
     gnn = sys.modules["grappa.models.gnn"]
-    gnn.dropout = (lambda h, p, training: F.dropout(h, p, training)) if design == "previous" else ours.dropout
+    previous = design == "previous"
+    gnn.dropout = (lambda h, p, training: F.dropout(h, p, training)) if previous else ours.dropout
+    SAGELayer.forward = _project_first if previous else _CURRENT["sage"]
 
 
 def profile(work: Path, steps: int, design: str = "current", partitions: int = 8, layers: int = 3) -> dict:

@@ -277,8 +277,9 @@ def profile_section(path: Path) -> list[str]:
           f"{cur['seeds_per_step']:.0f} seeds per step on {cur['local_nodes']:,} local nodes, one thread, "
           f"{cur['steps']} steps; CPU time per step by phase (`time.process_time`), both designs in one "
           f"run (`{prof['command']}`). The step's all-reduce is not in it (peer.md's probe measures the "
-          "whole machine). *previous*: torch's dropout and a PSS reading after every step; *current*: "
-          "`models/dropout.py` (16 random bits a mask entry) and PSS read in the background every 5 s.", "",
+          "whole machine). *previous*: torch's dropout, SAGE projecting every source row before aggregating, "
+          "a PSS reading after every step; *current*: `models/dropout.py` (16 random bits a mask entry), "
+          "SAGE aggregating first where that is cheaper, PSS read in the background every 5 s.", "",
           "| phase | previous CPU ms | current CPU ms |", "|---|---|---|"]
     for phase in prev["phases_per_step"]:
         md.append(f"| {phase} | {prev['phases_per_step'][phase] * 1e3:.1f} | {cur['phases_per_step'][phase] * 1e3:.1f} |")

@@ -164,7 +164,8 @@ class Worker:
         now = self._reported = self.link.bytes.snapshot()
         delta = [now[d].get(k, 0) - before[d].get(k, 0)
                  for k in ("train", "fetch") for d in ("sent", "received")]
-        self.memory.sample()
+        if not self.memory.peak_pss:  # the background thread reads it after that (PSS_SAMPLE_S)
+            self.memory.sample()
         g = self.shard.graph
         local = [g.num_nodes, g.num_edges] if g is not None else [0, 0]
         report = delta + [self.memory.peak_rss, self.memory.peak_pss] + local + [checksum(self.model)]
