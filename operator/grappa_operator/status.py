@@ -27,6 +27,21 @@ DISRUPTIONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionBy
                "TerminationByKubelet", "DeletionByPodGC", "Evicted")
 
 
+ERROR_PREFIX = "grappa: error:"  # the trainer's one-line reason for exit codes 2 and 3
+
+
+def error_line(message: str) -> str:
+    """The trainer's `grappa: error:` text when the termination message holds it (the trainer
+    writes exactly that; a log tail kept by FallbackToLogsOnError may have progress bars before
+    it, even on the same line): from its last such start to the end. Else the message as it is."""
+    lines = message.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ERROR_PREFIX in ln]
+    if not starts:
+        return message
+    first = lines[starts[-1]]  # an unfinished progress bar may share the error's line
+    return "\n".join([first[first.rindex(ERROR_PREFIX):], *lines[starts[-1] + 1:]]).strip()
+
+
 @dataclass(frozen=True)
 class PodObs:
     """What the state machine needs to know about one child pod."""
@@ -42,6 +57,9 @@ class PodObs:
     message: str = ""  # termination message (or reason) of a finished container
     pending_reason: str = ""  # why a Pending pod is not running yet
     disruption: str = ""  # set when Kubernetes evicted or preempted the pod (not its fault)
+    # The grappa container has terminated but other containers (a plain sidecar) keep the pod
+    # Running: `phase` is then the grappa container's outcome, and the pod is deleted when done.
+    lingering: bool = False
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> "PodObs":
@@ -54,16 +72,23 @@ class PodObs:
             except (TypeError, ValueError):
                 return None
 
-        exit_code, message, waiting = None, "", ""
+        # A pod is judged by its grappa container, as a Job judges its main container: a sidecar
+        # the user added never decides (or hangs) the outcome.
+        exit_code, message, waiting, phase, lingering = None, "", "", status.get("phase") or "Pending", False
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
-            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
-            if term:
-                exit_code = _int(term.get("exitCode"))
-                message = (term.get("message") or term.get("reason") or "").strip()
             if state.get("waiting"):
                 w = state["waiting"]
                 waiting = f"container {cs.get('name')}: {w.get('reason', '')} {w.get('message', '')}".strip()
+            if cs.get("name") != s.CONTAINER_NAME:
+                continue
+            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if term:
+                exit_code = _int(term.get("exitCode"))
+                message = error_line((term.get("message") or term.get("reason") or "").strip())
+            if state.get("terminated"):
+                lingering = phase in ("Pending", "Running")
+                phase = "Succeeded" if exit_code == 0 else "Failed"
         pending = waiting
         if not pending:
             for cond in status.get("conditions") or []:
@@ -81,13 +106,14 @@ class PodObs:
             role=lbls.get(s.LABEL_ROLE, ""),
             rank=_int(lbls.get(s.LABEL_RANK)),
             attempt=_int(lbls.get(s.LABEL_ATTEMPT)),
-            phase=status.get("phase") or "Pending",
+            phase=phase,
             created_at=parse(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
             exit_code=exit_code,
             message=message[-1000:],
             pending_reason=pending or "not started yet",
             disruption=disruption,
+            lingering=lingering,
         )
 
 
@@ -155,14 +181,15 @@ def _cleanup(plan: Plan, policy: str, pods: list[PodObs]) -> None:
     for p in pods:
         if p.deleting or p.name in plan.delete_pods:
             continue
-        if policy == "All" or p.phase in ("Pending", "Running", "Unknown"):
+        if policy == "All" or p.phase in ("Pending", "Running", "Unknown") or p.lingering:
             plan.delete_pods.append(p.name)
 
 
-def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodObs], policy: str) -> None:
+def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodObs], policy: str,
+          event_message: str = "") -> None:
     _enter(plan, "Failed", reason, message, now)
     plan.status["completionTime"] = iso(now)
-    plan.event("Warning", reason, message)
+    plan.event("Warning", reason, event_message or message)
     _cleanup(plan, policy, pods)
 
 
@@ -203,9 +230,12 @@ def _leftovers_delete(plan: Plan, pods: list[PodObs]) -> None:
 def _pod_failed(plan: Plan, spec: GrappaJobSpec, pod: PodObs, now: datetime, pods: list[PodObs]) -> None:
     detail = pod.message or "no termination message"
     if pod.exit_code in s.PERMANENT_EXIT_CODES:
-        _fail(plan, s.PERMANENT_EXIT_CODES[pod.exit_code],
-              f"pod {pod.name} exited with code {pod.exit_code}: {detail}", now, pods,
-              spec.run_policy.clean_pod_policy)
+        where = f"pod {pod.name} exited with code {pod.exit_code}: {detail}"
+        # The trainer's own error line is the whole message (it names the field, or file and row);
+        # the Event still says which pod.
+        message = detail if detail.startswith(ERROR_PREFIX) else where
+        _fail(plan, s.PERMANENT_EXIT_CODES[pod.exit_code], message, now, pods,
+              spec.run_policy.clean_pod_policy, event_message=where)
     elif pod.disruption:
         _restart(plan, spec, "PodDisrupted", f"pod {pod.name} was stopped by Kubernetes "
                  f"({pod.disruption}): {detail}", now, pods, disruption=True)
@@ -333,6 +363,8 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
                 _enter(plan, "Preparing", "Preparing", "preparing the chunk store", now)
             return
         st["prepared"] = True
+        if prep.lingering:  # only the template's sidecars still run: they hold resources for nothing
+            plan.delete_pods.append(prep.name)
         plan.event("Normal", "Prepared", "chunk store ready")
         if st["phase"] == "Preparing":
             _enter(plan, "Pending", "Prepared", "chunk store ready; starting the group", now)
