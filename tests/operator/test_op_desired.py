@@ -164,7 +164,7 @@ def test_supporting_objects_carry_owner_and_labels(job):
         assert o["metadata"]["ownerReferences"][0]["kind"] == "GrappaJob"
 
 
-@pytest.mark.parametrize("cpu,threads", [(None, None), ("500m", "1"), (2, "2"), ("3.5", "3"), ("lots", None)])
+@pytest.mark.parametrize("cpu,threads", [(None, None), ("500m", "1"), (2, "2"), ("3.5", "3"), ("2500e-3", "2")])
 def test_torch_threads_follow_the_cpu_budget(job, cpu, threads):
     res = {"limits": {"cpu": cpu}} if cpu is not None else {}
     w = desired.group_pods(job, make_spec(worker={"resources": res}), 0)[1]
