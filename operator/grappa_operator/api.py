@@ -432,6 +432,23 @@ class Artifacts(Section):
     logs: Optional[str] = Field(None, description="Directory of the trainers' logs.")
 
 
+MAX_DISRUPTIONS = 20  # status.disruptionHistory keeps the newest
+
+
+class DisruptionRecord(Section):
+    """One stop that was not the job's fault; the job resumed from its checkpoint."""
+
+    time: str = Field(..., description="When the operator saw it (RFC 3339).")
+    source: Literal["Kueue", "Kubernetes"] = Field(
+        ..., description="Kueue (an eviction: preemption, a stopped queue, deactivation) or Kubernetes "
+                         "(a pod evicted, preempted or its node lost).")
+    reason: str = Field(..., description="Kueue's eviction reason (e.g. Preempted) or the pod's "
+                                         "DisruptionTarget reason (e.g. EvictionByEvictionAPI).")
+    message: Optional[str] = None
+    epoch: Optional[int] = Field(None, description="Epochs completed when it was stopped (status.progress."
+                                                   "epoch): the checkpoint it resumed from.")
+
+
 class GrappaJobStatus(Section):
     phase: Optional[Phase] = Field(None, description="Current phase.")
     reason: Optional[str] = Field(None, description="Why the job is in this phase.")
@@ -441,6 +458,11 @@ class GrappaJobStatus(Section):
     restarts: int = Field(0, description="Group restarts so far (attempt number of the pods).")
     disruptions: int = Field(0, description="Restarts caused by evictions or preemptions (not "
                              "counted against backoffLimit).")
+    queue_evictions: int = Field(0, description="Times Kueue evicted the job (preemption, a stopped "
+                                 "queue, deactivation); each resumed from the checkpoint once readmitted.")
+    disruption_history: list[DisruptionRecord] = Field(
+        default_factory=list, max_length=MAX_DISRUPTIONS,
+        description=f"The newest {MAX_DISRUPTIONS} Kueue evictions and pod disruptions, oldest first.")
     prepared: bool = Field(False, description="The chunk store was prepared.")
     replicas: Replicas = Field(default_factory=Replicas)
     start_time: Optional[str] = None

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 
 from . import rounds as rounds_mod
 from . import settings as s
-from .api import GrappaJobSpec
+from .api import MAX_DISRUPTIONS, GrappaJobSpec
 from .desired import JobRef, artifacts, check_runnable, pod_name, run_dir
 from .errors import CreateBlocked, SpecError
 from .kueue import WorkloadObs, is_deactivation
@@ -140,6 +140,7 @@ class Plan:
     release_workload: bool = False
     workload_active: Optional[bool] = None
     entered: Optional[str] = None  # the phase entered in this step, if it changed
+    disrupted: list[tuple[str, str]] = field(default_factory=list)  # (source, reason) recorded now
     round_reason: Optional[str] = None  # set when a repartition round was decided
 
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -194,9 +195,10 @@ def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodOb
 
 
 def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: datetime,
-             pods: list[PodObs], disruption: bool = False) -> None:
+             pods: list[PodObs], disruption: str = "") -> None:
     """Restart the whole group. A disruption (eviction, preemption) is not the job's failure: it
-    gets a new attempt without using up spec.runPolicy.backoffLimit, like Job's pod failure policy."""
+    gets a new attempt without using up spec.runPolicy.backoffLimit, like Job's pod failure policy;
+    `disruption` is Kubernetes' reason for it, kept in status.disruptionHistory."""
     st = plan.status
     limit = spec.run_policy.backoff_limit
     restarts, disruptions = int(st.get("restarts") or 0), int(st.get("disruptions") or 0)
@@ -209,6 +211,7 @@ def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: da
     st["restarts"] = restarts + 1
     if disruption:
         st["disruptions"] = disruptions + 1
+        _record_disruption(plan, "Kubernetes", disruption, message, now)
         msg = (f"{message}; restarting the whole group from the latest checkpoint (a disruption: "
                f"not counted against backoffLimit, {failures}/{limit} used)")
     else:
@@ -216,6 +219,18 @@ def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: da
     _enter(plan, "Restarting", reason, msg, now)
     plan.event("Warning", reason, msg)
     _leftovers_delete(plan, pods)
+
+
+def _record_disruption(plan: Plan, source: str, reason: str, message: str, now: datetime) -> None:
+    """Keep the stop in status after its Events expire: when, why, and the epochs completed by
+    then (the SIGTERM checkpoint the job resumes from); the newest MAX_DISRUPTIONS are kept."""
+    st = plan.status
+    record: dict[str, Any] = {"time": iso(now), "source": source, "reason": reason, "message": message[:500]}
+    epoch = (st.get("progress") or {}).get("epoch")
+    if isinstance(epoch, int):
+        record["epoch"] = epoch
+    st["disruptionHistory"] = [*(st.get("disruptionHistory") or []), record][-MAX_DISRUPTIONS:]
+    plan.disrupted.append((source, reason))
 
 
 def _leftovers(pods: list[PodObs]) -> list[PodObs]:
@@ -238,7 +253,7 @@ def _pod_failed(plan: Plan, spec: GrappaJobSpec, pod: PodObs, now: datetime, pod
               spec.run_policy.clean_pod_policy, event_message=where)
     elif pod.disruption:
         _restart(plan, spec, "PodDisrupted", f"pod {pod.name} was stopped by Kubernetes "
-                 f"({pod.disruption}): {detail}", now, pods, disruption=True)
+                 f"({pod.disruption}): {detail}", now, pods, disruption=pod.disruption)
     else:
         _restart(plan, spec, "PodFailed", f"pod {pod.name} failed (exit code {pod.exit_code}): {detail}",
                  now, pods)
@@ -399,7 +414,7 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
             disrupted = sorted({p.disruption for p in group if p.deleting and p.disruption})
             if disrupted:
                 _restart(plan, spec, "PodDisrupted", f"pod(s) {', '.join(sorted(set(gone)))} were stopped "
-                         f"by Kubernetes ({', '.join(disrupted)})", now, pods, disruption=True)
+                         f"by Kubernetes ({', '.join(disrupted)})", now, pods, disruption=", ".join(disrupted))
             else:
                 _restart(plan, spec, "PodDeleted", f"pod(s) {', '.join(sorted(set(gone)))} disappeared "
                          "while training", now, pods)
@@ -444,6 +459,9 @@ def _queued(plan: Plan, wl: WorkloadObs, pods: list[PodObs], now: datetime) -> b
               f"and workers together in {where}", now)
         return True
     if wl.evicted_reason:
+        if st["phase"] != "Queued" or st.get("reason") not in ("Preempted", "Evicted"):  # a new eviction
+            st["queueEvictions"] = int(st.get("queueEvictions") or 0) + 1
+            _record_disruption(plan, "Kueue", wl.evicted_reason, wl.evicted_message, now)
         _leftovers_delete(plan, pods)
         plan.release_workload = wl.quota_reserved and not _leftovers(pods)
         _wait(plan, wl, "Preempted" if wl.evicted_reason == "Preempted" else "Evicted",
