@@ -445,8 +445,10 @@ class DisruptionRecord(Section):
     reason: str = Field(..., description="Kueue's eviction reason (e.g. Preempted) or the pod's "
                                          "DisruptionTarget reason (e.g. EvictionByEvictionAPI).")
     message: Optional[str] = None
-    epoch: Optional[int] = Field(None, description="Epochs completed when it was stopped (status.progress."
-                                                   "epoch): the checkpoint it resumed from.")
+    epoch: Optional[int] = Field(None, description="Epochs completed when the operator saw the stop "
+                                                   "(status.progress.epoch): the job resumes from its "
+                                                   "checkpoint of that epoch, or of one finished before "
+                                                   "its SIGTERM.")
 
 
 class GrappaJobStatus(Section):
