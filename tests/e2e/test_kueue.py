@@ -184,10 +184,12 @@ def test_sidecars_count_against_the_quota(cluster: Cluster, release: h.Release, 
         h.apply_file(cluster, namespace, job)
 
         def pending_for_quota(j: dict[str, Any]) -> bool:
-            wl = cluster.kubectl_json("get", "workloads.kueue.x-k8s.io", "grappajob-sidecars", "-n", namespace,
-                                      check=False) if h.phase(j) == "Queued" else {}
+            got = cluster.kubectl("get", "workloads.kueue.x-k8s.io", "grappajob-sidecars", "-n", namespace,
+                                  "-o", "json", check=False)
+            wl = json.loads(got.stdout) if got.returncode == 0 else {}
             reserved = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}.get("QuotaReserved")
-            return bool(reserved and reserved["status"] == "False" and "cpu" in reserved.get("message", ""))
+            return bool(h.phase(j) == "Queued" and "insufficient" in j["status"].get("message", "")
+                        and reserved and reserved["status"] == "False" and "cpu" in reserved.get("message", ""))
         queued = h.wait_job(cluster, namespace, "sidecars", pending_for_quota, "Kueue's quota verdict",
                             rel=release, timeout=h.scaled(90))
         wl = _workload(cluster, namespace, "sidecars")
