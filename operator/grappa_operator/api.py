@@ -6,9 +6,9 @@ validates every spec it reads with the same model, so the API server and the ope
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from grappa.config import (
@@ -26,11 +26,11 @@ from grappa.config import (
     VarcoConfig,
 )
 
-from . import cel, settings
+from . import cel, quantities, settings
 from .errors import SpecError
 
-# k8s quantities ("500m", "2Gi", 1); x-kubernetes-int-or-string in the CRD.
-Quantity = Union[int, str]
+# k8s quantities ("500m", "2Gi", 1); x-kubernetes-int-or-string with the quantity pattern in the CRD.
+Quantity = Annotated[Union[int, str], AfterValidator(quantities.check), WithJsonSchema(quantities.SCHEMA)]
 
 
 class Resources(Section):
@@ -61,6 +61,32 @@ class TemplateMetadata(Section):
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
 
 
+# A PodSpec is free-form in the CRD except where it holds quantities, which the API server checks
+# at admission like the role's own resources (the pods would be refused later, far from the field).
+_QUANTITY_MAP = {"type": "object", "additionalProperties": quantities.SCHEMA}
+_RESOURCES = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+              "properties": {"requests": _QUANTITY_MAP, "limits": _QUANTITY_MAP}}
+_CONTAINERS = {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                          "properties": {"resources": _RESOURCES}}}
+_TEMPLATE_SPEC = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
+    "containers": _CONTAINERS, "initContainers": _CONTAINERS, "overhead": _QUANTITY_MAP, "resources": _RESOURCES}}
+
+
+def template_quantities(spec: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(path, value) of every quantity in a template's PodSpec (the paths _TEMPLATE_SPEC types)."""
+    def amounts(where: str, res: Any) -> Iterator[tuple[str, Any]]:
+        for kind in ("requests", "limits"):
+            for name, value in ((res or {}).get(kind) or {}).items() if isinstance(res, dict) else ():
+                yield f"{where}.{kind}.{name}", value
+    for key in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(key) or []):
+            if isinstance(c, dict):
+                yield from amounts(f"{key}[{i}].resources", c.get("resources"))
+    for name, value in (spec.get("overhead") or {}).items():
+        yield f"overhead.{name}", value
+    yield from amounts("resources", spec.get("resources"))
+
+
 class PodTemplate(Section):
     """A PodTemplate-style override, merged under the fields the operator owns (podtemplate.py)."""
 
@@ -70,7 +96,17 @@ class PodTemplate(Section):
         description="core/v1 PodSpec fields for these pods (affinity, topologySpreadConstraints, "
                     "volumes, imagePullSecrets, securityContext, runtimeClassName, initContainers, "
                     "sidecar containers, and volumeMounts/envFrom of the `grappa` container); "
-                    "fields the operator owns are refused, naming the field.")
+                    "fields the operator owns are refused, naming the field.",
+        json_schema_extra=_TEMPLATE_SPEC)
+
+    @field_validator("spec")
+    @classmethod
+    def _quantities(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        bad = [f"{path}: {value!r} is not {quantities.HINT}" for path, value in template_quantities(spec)
+               if quantities.parse(value) is None]
+        if bad:
+            raise ValueError("; ".join(bad))
+        return spec
 
 
 class PodSettings(Section):
@@ -396,6 +432,25 @@ class Artifacts(Section):
     logs: Optional[str] = Field(None, description="Directory of the trainers' logs.")
 
 
+MAX_DISRUPTIONS = 20  # status.disruptionHistory keeps the newest
+
+
+class DisruptionRecord(Section):
+    """One stop that was not the job's fault; the job resumed from its checkpoint."""
+
+    time: str = Field(..., description="When the operator saw it (RFC 3339).")
+    source: Literal["Kueue", "Kubernetes"] = Field(
+        ..., description="Kueue (an eviction: preemption, a stopped queue, deactivation) or Kubernetes "
+                         "(a pod evicted, preempted or its node lost).")
+    reason: str = Field(..., description="Kueue's eviction reason (e.g. Preempted) or the pod's "
+                                         "DisruptionTarget reason (e.g. EvictionByEvictionAPI).")
+    message: Optional[str] = None
+    epoch: Optional[int] = Field(None, description="Epochs completed when the operator saw the stop "
+                                                   "(status.progress.epoch): the job resumes from its "
+                                                   "checkpoint of that epoch, or of one finished before "
+                                                   "its SIGTERM.")
+
+
 class GrappaJobStatus(Section):
     phase: Optional[Phase] = Field(None, description="Current phase.")
     reason: Optional[str] = Field(None, description="Why the job is in this phase.")
@@ -405,6 +460,11 @@ class GrappaJobStatus(Section):
     restarts: int = Field(0, description="Group restarts so far (attempt number of the pods).")
     disruptions: int = Field(0, description="Restarts caused by evictions or preemptions (not "
                              "counted against backoffLimit).")
+    queue_evictions: int = Field(0, description="Times Kueue evicted the job (preemption, a stopped "
+                                 "queue, deactivation); each resumed from the checkpoint once readmitted.")
+    disruption_history: list[DisruptionRecord] = Field(
+        default_factory=list, max_length=MAX_DISRUPTIONS,
+        description=f"The newest {MAX_DISRUPTIONS} Kueue evictions and pod disruptions, oldest first.")
     prepared: bool = Field(False, description="The chunk store was prepared.")
     replicas: Replicas = Field(default_factory=Replicas)
     start_time: Optional[str] = None

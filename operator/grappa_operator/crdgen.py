@@ -77,7 +77,9 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
                 # "all defaults" (not for Optional sections, where absent means off). Written out
                 # whole, not as {}: the API server checks a default against the section's CEL
                 # rules without defaulting inside it first.
+                # A free-form object typed only in parts (a template's PodSpec) gets no defaults.
                 if (prop.get("type") == "object" and "properties" in prop and prop.get("default", {}) == {}
+                        and not prop.get("x-kubernetes-preserve-unknown-fields")
                         and not prop.get("required") and "anyOf" not in raw[name]
                         and name not in node.get("required", [])):
                     prop["default"] = {k: sub["default"] for k, sub in prop["properties"].items() if "default" in sub}

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from grappa.config import TrainConfig, dump_config
 
-from . import kueue, podtemplate
+from . import kueue, podtemplate, quantities
 from . import settings as s
 from .api import GrappaJobSpec, PodSettings
 from .errors import SpecError
@@ -183,14 +183,8 @@ def _env(job: JobRef, spec: GrappaJobSpec, cfg: TrainConfig, role: str, rank: Op
 def cpu_threads(pod: PodSettings) -> Optional[int]:
     """Torch threads from the CPU limit (else request): at least 1; None when unset or unparsable."""
     raw = pod.resources.limits.get("cpu", pod.resources.requests.get("cpu"))
-    if raw is None:
-        return None
-    text = str(raw).strip()
-    try:
-        cores = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-    except ValueError:
-        return None
-    return max(1, int(cores))
+    cores = None if raw is None else quantities.parse(raw)
+    return None if cores is None else max(1, int(cores))
 
 
 def _resources(pod: PodSettings) -> dict[str, Any]:

@@ -25,7 +25,8 @@ log = logging.getLogger("grappa_operator")
 # status keys the operator writes; progress and result belong to the aggregator (never overwritten)
 OWNED_STATUS_KEYS = ("phase", "reason", "message", "conditions", "observedGeneration", "restarts",
                      "prepared", "replicas", "startTime", "runningTime", "completionTime", "rounds",
-                     "blockedSince", "disruptions", "activeSince", "queue", "runDir", "artifacts")
+                     "blockedSince", "disruptions", "activeSince", "queue", "runDir", "artifacts",
+                     "disruptionHistory", "queueEvictions")
 
 POD_SELECTOR = f"{s.LABEL_MANAGED_BY}={s.MANAGED_BY},{s.LABEL_JOB}"
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -200,6 +201,8 @@ async def _announce(k: Kube, body: dict[str, Any], plan: Plan, t) -> None:
             metrics.JOBS_CREATED.inc()
         elif ev.reason == "RoundDecided":
             metrics.ROUNDS.labels(plan.round_reason or "every").inc()
+    for source, reason in plan.disrupted:
+        metrics.DISRUPTIONS.labels(source, reason).inc()
     st = plan.status
     if plan.entered == "Succeeded":
         metrics.JOBS_SUCCEEDED.inc()

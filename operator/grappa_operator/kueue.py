@@ -14,6 +14,7 @@ Pure: handlers.py reads the Workload and flavors and applies the patches built h
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional
@@ -138,13 +139,29 @@ def assigned_flavors(admission: Optional[dict[str, Any]]) -> list[str]:
 
 
 def template_spec(pod: dict[str, Any]) -> dict[str, Any]:
-    """What Kueue needs of a pod to count and place it: containers' requests, node constraints."""
+    """What Kueue needs of a pod to count and place it. Kueue sums a pod's requests as the
+    scheduler does (containers, plus native sidecars, or the largest init container if more, plus
+    the pod overhead), so every part of that formula is carried; a limit without a request is the
+    request, as the API server defaults it on the pod."""
     ps = pod["spec"]
-    keep = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName")
-    out = {k: ps[k] for k in keep if k in ps}
+    keep = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName",
+            "overhead", "resources")
+    out = {k: copy.deepcopy(ps[k]) for k in keep if k in ps}
     out["restartPolicy"] = ps.get("restartPolicy", "Never")
-    out["containers"] = [{"name": c["name"], "image": c["image"], "resources": c.get("resources") or {}}
-                         for c in ps["containers"]]
+    if ps.get("initContainers"):
+        out["initContainers"] = [_counted(c) for c in ps["initContainers"]]
+    out["containers"] = [_counted(c) for c in ps["containers"]]
+    return out
+
+
+def _counted(container: dict[str, Any]) -> dict[str, Any]:
+    res = copy.deepcopy(container.get("resources") or {})
+    limits = res.get("limits") or {}
+    if limits:
+        res["requests"] = {**limits, **(res.get("requests") or {})}
+    out = {"name": container["name"], "image": container.get("image", ""), "resources": res}
+    if container.get("restartPolicy"):
+        out["restartPolicy"] = container["restartPolicy"]  # Always: a native sidecar, runs throughout
     return out
 
 

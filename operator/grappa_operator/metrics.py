@@ -29,6 +29,9 @@ JOBS_FAILED = Counter("grappa_operator_jobs_failed", "GrappaJobs that reached Fa
                       ["reason"], registry=REGISTRY)
 JOB_RESTARTS = Counter("grappa_operator_job_restarts", "Whole-group restarts, by reason.",
                        ["reason"], registry=REGISTRY)
+DISRUPTIONS = Counter("grappa_operator_disruptions", "Jobs stopped by no fault of their own and resumed "
+                      "from their checkpoint: Kueue evictions and Kubernetes pod disruptions, by source "
+                      "(Kueue, Kubernetes) and reason.", ["source", "reason"], registry=REGISTRY)
 ROUNDS = Counter("grappa_operator_rounds", "Repartition rounds decided, by trigger (every, plateau).",
                  ["reason"], registry=REGISTRY)
 RECONCILE_SECONDS = Histogram(
@@ -48,6 +51,7 @@ for _h in HANDLERS:  # series exist from the start, so rate() and dashboards hav
     RECONCILE_ERRORS.labels(_h)
 for _r in ("every", "plateau"):
     ROUNDS.labels(_r)
+DISRUPTIONS.labels("Kueue", "Preempted")
 JOB_RESTARTS.labels("PodFailed")
 JOB_RESTARTS.labels("PodDeleted")
 for _r in ("BackoffLimitExceeded", "InvalidConfig", "CannotRun", "DeadlineExceeded", "PodPendingTimeout",

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from . import quantities
 from . import settings as s
 from .kueue import EXTERNAL_FRAMEWORK, QUEUE_LABEL
 
@@ -128,20 +129,10 @@ def _forbidden_fix(obj: dict[str, Any], message: str, section: str) -> str:
 
 # ---- quota --------------------------------------------------------------------------------
 
-_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_QUANTITY = re.compile(r"^([0-9.]+(?:e[0-9]+)?)([a-zA-Z]*)$")
-
-
 def quantity(text: str) -> Optional[float]:
     """A Kubernetes quantity ('500m', '2Gi', '4') as a number; None when it is not one."""
-    m = _QUANTITY.match(text.strip())
-    if not m or (m.group(2) and m.group(2) not in _SUFFIX):
-        return None
-    try:
-        return float(m.group(1)) * _SUFFIX.get(m.group(2), 1.0)
-    except ValueError:
-        return None
+    amount = quantities.parse(text.strip())
+    return None if amount is None else float(amount)
 
 
 def _amounts(text: str) -> dict[str, tuple[str, float]]:

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 
 from . import rounds as rounds_mod
 from . import settings as s
-from .api import GrappaJobSpec
+from .api import MAX_DISRUPTIONS, GrappaJobSpec
 from .desired import JobRef, artifacts, check_runnable, pod_name, run_dir
 from .errors import CreateBlocked, SpecError
 from .kueue import WorkloadObs, is_deactivation
@@ -25,6 +25,21 @@ STATE_CONDITIONS = ("Queued", "Running", "Restarting", "Succeeded", "Failed", "S
 # node-pressure eviction also sets status.reason "Evicted"): such a restart is not a failure.
 DISRUPTIONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager",
                "TerminationByKubelet", "DeletionByPodGC", "Evicted")
+
+
+ERROR_PREFIX = "grappa: error:"  # the trainer's one-line reason for exit codes 2 and 3
+
+
+def error_line(message: str) -> str:
+    """The trainer's `grappa: error:` text when the termination message holds it (the trainer
+    writes exactly that; a log tail kept by FallbackToLogsOnError may have progress bars before
+    it, even on the same line): from its last such start to the end. Else the message as it is."""
+    lines = message.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ERROR_PREFIX in ln]
+    if not starts:
+        return message
+    first = lines[starts[-1]]  # an unfinished progress bar may share the error's line
+    return "\n".join([first[first.rindex(ERROR_PREFIX):], *lines[starts[-1] + 1:]]).strip()
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,9 @@ class PodObs:
     message: str = ""  # termination message (or reason) of a finished container
     pending_reason: str = ""  # why a Pending pod is not running yet
     disruption: str = ""  # set when Kubernetes evicted or preempted the pod (not its fault)
+    # The grappa container has terminated but other containers (a plain sidecar) keep the pod
+    # Running: `phase` is then the grappa container's outcome, and the pod is deleted when done.
+    lingering: bool = False
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> "PodObs":
@@ -54,16 +72,23 @@ class PodObs:
             except (TypeError, ValueError):
                 return None
 
-        exit_code, message, waiting = None, "", ""
+        # A pod is judged by its grappa container, as a Job judges its main container: a sidecar
+        # the user added never decides (or hangs) the outcome.
+        exit_code, message, waiting, phase, lingering = None, "", "", status.get("phase") or "Pending", False
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
-            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
-            if term:
-                exit_code = _int(term.get("exitCode"))
-                message = (term.get("message") or term.get("reason") or "").strip()
             if state.get("waiting"):
                 w = state["waiting"]
                 waiting = f"container {cs.get('name')}: {w.get('reason', '')} {w.get('message', '')}".strip()
+            if cs.get("name") != s.CONTAINER_NAME:
+                continue
+            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if term:
+                exit_code = _int(term.get("exitCode"))
+                message = error_line((term.get("message") or term.get("reason") or "").strip())
+            if state.get("terminated"):
+                lingering = phase in ("Pending", "Running")
+                phase = "Succeeded" if exit_code == 0 else "Failed"
         pending = waiting
         if not pending:
             for cond in status.get("conditions") or []:
@@ -81,13 +106,14 @@ class PodObs:
             role=lbls.get(s.LABEL_ROLE, ""),
             rank=_int(lbls.get(s.LABEL_RANK)),
             attempt=_int(lbls.get(s.LABEL_ATTEMPT)),
-            phase=status.get("phase") or "Pending",
+            phase=phase,
             created_at=parse(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
             exit_code=exit_code,
             message=message[-1000:],
             pending_reason=pending or "not started yet",
             disruption=disruption,
+            lingering=lingering,
         )
 
 
@@ -114,6 +140,7 @@ class Plan:
     release_workload: bool = False
     workload_active: Optional[bool] = None
     entered: Optional[str] = None  # the phase entered in this step, if it changed
+    disrupted: list[tuple[str, str]] = field(default_factory=list)  # (source, reason) recorded now
     round_reason: Optional[str] = None  # set when a repartition round was decided
 
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -155,21 +182,23 @@ def _cleanup(plan: Plan, policy: str, pods: list[PodObs]) -> None:
     for p in pods:
         if p.deleting or p.name in plan.delete_pods:
             continue
-        if policy == "All" or p.phase in ("Pending", "Running", "Unknown"):
+        if policy == "All" or p.phase in ("Pending", "Running", "Unknown") or p.lingering:
             plan.delete_pods.append(p.name)
 
 
-def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodObs], policy: str) -> None:
+def _fail(plan: Plan, reason: str, message: str, now: datetime, pods: list[PodObs], policy: str,
+          event_message: str = "") -> None:
     _enter(plan, "Failed", reason, message, now)
     plan.status["completionTime"] = iso(now)
-    plan.event("Warning", reason, message)
+    plan.event("Warning", reason, event_message or message)
     _cleanup(plan, policy, pods)
 
 
 def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: datetime,
-             pods: list[PodObs], disruption: bool = False) -> None:
+             pods: list[PodObs], disruption: str = "") -> None:
     """Restart the whole group. A disruption (eviction, preemption) is not the job's failure: it
-    gets a new attempt without using up spec.runPolicy.backoffLimit, like Job's pod failure policy."""
+    gets a new attempt without using up spec.runPolicy.backoffLimit, like Job's pod failure policy;
+    `disruption` is Kubernetes' reason for it, kept in status.disruptionHistory."""
     st = plan.status
     limit = spec.run_policy.backoff_limit
     restarts, disruptions = int(st.get("restarts") or 0), int(st.get("disruptions") or 0)
@@ -182,6 +211,7 @@ def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: da
     st["restarts"] = restarts + 1
     if disruption:
         st["disruptions"] = disruptions + 1
+        _record_disruption(plan, "Kubernetes", disruption, message, now)
         msg = (f"{message}; restarting the whole group from the latest checkpoint (a disruption: "
                f"not counted against backoffLimit, {failures}/{limit} used)")
     else:
@@ -189,6 +219,18 @@ def _restart(plan: Plan, spec: GrappaJobSpec, reason: str, message: str, now: da
     _enter(plan, "Restarting", reason, msg, now)
     plan.event("Warning", reason, msg)
     _leftovers_delete(plan, pods)
+
+
+def _record_disruption(plan: Plan, source: str, reason: str, message: str, now: datetime) -> None:
+    """Keep the stop in status after its Events expire: when, why, and the epochs completed by
+    then (the SIGTERM checkpoint the job resumes from); the newest MAX_DISRUPTIONS are kept."""
+    st = plan.status
+    record: dict[str, Any] = {"time": iso(now), "source": source, "reason": reason, "message": message[:500]}
+    epoch = (st.get("progress") or {}).get("epoch")
+    if isinstance(epoch, int):
+        record["epoch"] = epoch
+    st["disruptionHistory"] = [*(st.get("disruptionHistory") or []), record][-MAX_DISRUPTIONS:]
+    plan.disrupted.append((source, reason))
 
 
 def _leftovers(pods: list[PodObs]) -> list[PodObs]:
@@ -203,12 +245,15 @@ def _leftovers_delete(plan: Plan, pods: list[PodObs]) -> None:
 def _pod_failed(plan: Plan, spec: GrappaJobSpec, pod: PodObs, now: datetime, pods: list[PodObs]) -> None:
     detail = pod.message or "no termination message"
     if pod.exit_code in s.PERMANENT_EXIT_CODES:
-        _fail(plan, s.PERMANENT_EXIT_CODES[pod.exit_code],
-              f"pod {pod.name} exited with code {pod.exit_code}: {detail}", now, pods,
-              spec.run_policy.clean_pod_policy)
+        where = f"pod {pod.name} exited with code {pod.exit_code}: {detail}"
+        # The trainer's own error line is the whole message (it names the field, or file and row);
+        # the Event still says which pod.
+        message = detail if detail.startswith(ERROR_PREFIX) else where
+        _fail(plan, s.PERMANENT_EXIT_CODES[pod.exit_code], message, now, pods,
+              spec.run_policy.clean_pod_policy, event_message=where)
     elif pod.disruption:
         _restart(plan, spec, "PodDisrupted", f"pod {pod.name} was stopped by Kubernetes "
-                 f"({pod.disruption}): {detail}", now, pods, disruption=True)
+                 f"({pod.disruption}): {detail}", now, pods, disruption=pod.disruption)
     else:
         _restart(plan, spec, "PodFailed", f"pod {pod.name} failed (exit code {pod.exit_code}): {detail}",
                  now, pods)
@@ -333,6 +378,8 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
                 _enter(plan, "Preparing", "Preparing", "preparing the chunk store", now)
             return
         st["prepared"] = True
+        if prep.lingering:  # only the template's sidecars still run: they hold resources for nothing
+            plan.delete_pods.append(prep.name)
         plan.event("Normal", "Prepared", "chunk store ready")
         if st["phase"] == "Preparing":
             _enter(plan, "Pending", "Prepared", "chunk store ready; starting the group", now)
@@ -367,7 +414,7 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
             disrupted = sorted({p.disruption for p in group if p.deleting and p.disruption})
             if disrupted:
                 _restart(plan, spec, "PodDisrupted", f"pod(s) {', '.join(sorted(set(gone)))} were stopped "
-                         f"by Kubernetes ({', '.join(disrupted)})", now, pods, disruption=True)
+                         f"by Kubernetes ({', '.join(disrupted)})", now, pods, disruption=", ".join(disrupted))
             else:
                 _restart(plan, spec, "PodDeleted", f"pod(s) {', '.join(sorted(set(gone)))} disappeared "
                          "while training", now, pods)
@@ -412,6 +459,9 @@ def _queued(plan: Plan, wl: WorkloadObs, pods: list[PodObs], now: datetime) -> b
               f"and workers together in {where}", now)
         return True
     if wl.evicted_reason:
+        if st["phase"] != "Queued" or st.get("reason") not in ("Preempted", "Evicted"):  # a new eviction
+            st["queueEvictions"] = int(st.get("queueEvictions") or 0) + 1
+            _record_disruption(plan, "Kueue", wl.evicted_reason, wl.evicted_message, now)
         _leftovers_delete(plan, pods)
         plan.release_workload = wl.quota_reserved and not _leftovers(pods)
         _wait(plan, wl, "Preempted" if wl.evicted_reason == "Preempted" else "Evicted",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from typing import Any, Iterator
@@ -164,3 +165,91 @@ def test_second_job_waits_for_the_first_then_both_succeed(
         assert [c["count"] for c in wl["spec"]["podSets"]] == [1, 2]
     reasons = [e["reason"] for e in h.events(cluster, namespace, "GrappaJob", "second")]
     assert "Admitted" in reasons and reasons.index("Admitted") < reasons.index("Succeeded"), reasons
+
+
+def _native_sidecar(cpu: str) -> dict[str, Any]:
+    return {"name": "log-shipper", "image": h.TRAINER_IMAGE or "python:3.11-slim", "restartPolicy": "Always",
+            "command": ["python", "-c", "import time; time.sleep(3600)"],
+            "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}}
+
+
+def test_sidecars_count_against_the_quota(cluster: Cluster, release: h.Release, namespace: str, kueue: None,
+                                          pool_node: str) -> None:
+    """3 pods x 100m fit 400m; with a 150m native sidecar in each worker (2 x 250m + 100m) they do
+    not: the Workload carries the sidecars and Kueue keeps the job Queued, with no pod."""
+    flavor, queue = _queues(cluster, namespace, cpu="400m")
+    try:
+        job = _queued_job("sidecars", queue)
+        job["spec"]["worker"]["template"] = {"spec": {"initContainers": [_native_sidecar("150m")]}}
+        h.apply_file(cluster, namespace, job)
+
+        def pending_for_quota(j: dict[str, Any]) -> bool:
+            got = cluster.kubectl("get", "workloads.kueue.x-k8s.io", "grappajob-sidecars", "-n", namespace,
+                                  "-o", "json", check=False)
+            wl = json.loads(got.stdout) if got.returncode == 0 else {}
+            reserved = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}.get("QuotaReserved")
+            return bool(h.phase(j) == "Queued" and "insufficient" in j["status"].get("message", "")
+                        and reserved and reserved["status"] == "False" and "cpu" in reserved.get("message", ""))
+        queued = h.wait_job(cluster, namespace, "sidecars", pending_for_quota, "Kueue's quota verdict",
+                            rel=release, timeout=h.scaled(90))
+        wl = _workload(cluster, namespace, "sidecars")
+        workers = {ps["name"]: ps for ps in wl["spec"]["podSets"]}["workers"]["template"]["spec"]
+        assert workers["initContainers"][0]["restartPolicy"] == "Always", workers
+        assert workers["initContainers"][0]["resources"]["requests"]["cpu"] == "150m", workers
+        st = queued["status"]
+        assert st["reason"] == "WaitingForAdmission" and "insufficient" in st["message"], st
+        time.sleep(5)  # Kueue has answered; nothing changes on its own
+        assert h.phase(h.get_job(cluster, namespace, "sidecars")) == "Queued"
+        assert not h.job_pods(cluster, namespace, "sidecars"), "a job over its quota has pods"
+    finally:
+        _delete_queues(cluster, namespace, flavor)
+
+
+def _priority_classes(cluster: Cluster) -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:6]
+    low, high = f"grappa-e2e-low-{suffix}", f"grappa-e2e-high-{suffix}"
+    for name, value in ((low, 10), (high, 1000)):
+        cluster.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                                  "metadata": {"name": name}, "value": value}))
+    return low, high
+
+
+def test_preempted_job_resumes_and_keeps_the_preemption_in_its_status(
+        cluster: Cluster, release: h.Release, namespace: str, kueue: None, pool_node: str) -> None:
+    """A high-priority job preempts a running low one (quota for one job at a time); the low job
+    resumes from its SIGTERM checkpoint once readmitted and its final status records the
+    preemption: when, Kueue's reason and the epoch it resumed from."""
+    flavor, queue = _queues(cluster, namespace, cpu="500m")
+    cluster.kubectl("patch", "clusterqueue", flavor, "--type=merge", "-p",
+                    json.dumps({"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}}))
+    low_class, high_class = _priority_classes(cluster)
+    try:
+        cluster.apply(json.dumps(h.storage_claim()), namespace)
+        low = _queued_job("low", queue)
+        low["spec"]["training"]["epochs"] = 8
+        low["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = low_class
+        h.apply_file(cluster, namespace, low)
+        h.wait_job(cluster, namespace, "low", lambda j: h.phase(j) == "Running" and h.progress(j).get("epoch", 0) >= 1,
+                   "low running an epoch", rel=release, timeout=h.scaled(240))
+        high = _queued_job("high", queue)
+        high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = high_class
+        h.apply_file(cluster, namespace, high)
+        preempted = h.wait_job(cluster, namespace, "low", lambda j: h.phase(j) == "Queued",
+                               "low preempted", rel=release, timeout=h.scaled(120))
+        assert preempted["status"]["reason"] == "Preempted", preempted["status"]
+        h.wait_job(cluster, namespace, "high", lambda j: h.phase(j) == "Succeeded", "high Succeeded", rel=release)
+        done = h.wait_job(cluster, namespace, "low", lambda j: h.phase(j) == "Succeeded",
+                          "low resumed to Succeeded", rel=release)
+    finally:
+        _delete_queues(cluster, namespace, flavor)
+        for name in (low_class, high_class):
+            cluster.kubectl("delete", "workloadpriorityclass", name, "--wait=false", check=False)
+    st = done["status"]
+    assert st["restarts"] == 0 and st.get("disruptions", 0) == 0 and st["queueEvictions"] == 1, st
+    (record,) = st["disruptionHistory"]
+    assert (record["source"], record["reason"]) == ("Kueue", "Preempted"), record
+    assert 1 <= record["epoch"] < 8 and record["time"] >= st["runningTime"], record
+    assert h.progress(done)["epoch"] == 8, st
+    # the second admission resumed from the SIGTERM checkpoint (of that epoch or one finished since)
+    resumed = re.search(r"resuming from \S+ \(epoch (\d+)\)", h.aggregator_log(cluster, namespace, "low"))
+    assert resumed and int(resumed.group(1)) >= record["epoch"], h.aggregator_log(cluster, namespace, "low")

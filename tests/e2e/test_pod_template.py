@@ -78,3 +78,32 @@ def test_template_touching_an_owned_field_fails_naming_it(cluster: Cluster, rele
     assert not h.job_pods(cluster, namespace, "owned")
     warnings = [e for e in h.events(cluster, namespace, "GrappaJob", "owned") if e["type"] == "Warning"]
     assert any("spec.worker.template.spec.restartPolicy" in e["message"] for e in warnings), warnings
+
+
+def _plain_sidecar() -> dict[str, Any]:
+    """A log shipper as a plain container: it never exits on its own."""
+    return {"name": "log-shipper", "image": h.TRAINER_IMAGE or "python:3.11-slim",
+            "imagePullPolicy": h.PULL_POLICY if h.TRAINER_IMAGE else "IfNotPresent",
+            "command": ["python", "-c", "import time; time.sleep(3600)"],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+
+
+def test_plain_sidecar_never_holds_the_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
+    """Each pod is judged by its grappa container: the prepare pod's sidecar keeps it Running, yet
+    the job goes on (and deletes it), and it Succeeds with every sidecar still running."""
+    name = "sidecar"
+    job = h.job_manifest(name, epochs=1, partitions=2)
+    for role in ("aggregator", "worker"):
+        job["spec"][role]["template"] = {"spec": {"containers": [_plain_sidecar()]}}
+    run = h.run_job(cluster, namespace, job, release, timeout=h.scaled(300))
+    st = run.job["status"]
+    assert st["phase"] == "Succeeded" and st["prepared"] and st["restarts"] == 0, st
+    reasons = [e["reason"] for e in h.events(cluster, namespace, "GrappaJob", name)]
+    assert {"Prepared", "Running", "Succeeded"} <= set(reasons), reasons
+
+    # cleanPodPolicy Running: no pod of the job is left running a sidecar
+    def none_running() -> bool:
+        return not [p for p in h.job_pods(cluster, namespace, name)
+                    if p["status"].get("phase") in ("Pending", "Running") and not p["metadata"].get("deletionTimestamp")]
+    cluster.wait_for(none_running, h.scaled(60), "the sidecars' pods deleted")

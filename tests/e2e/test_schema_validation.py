@@ -86,6 +86,23 @@ CASES = [
      ["run in training.mode full-graph only", "apply to strategy grappa"]),
     ("fanouts-per-layer", "spec.training.fanouts", [5, 5, 5],
      ["spec.training.fanouts", "one entry per model layer"]),
+    # resource quantities: the quantity pattern on every role's resources and in the templates'
+    # PodSpecs (a pod made of them would be refused far later, naming a pod)
+    ("bad-worker-cpu-request", "spec.worker.resources", {"requests": {"cpu": "lots"}},
+     ["spec.worker.resources.requests.cpu", '"lots"', "should match"]),
+    ("bad-aggregator-memory-limit", "spec.aggregator.resources", {"limits": {"memory": "4GB"}},
+     ["spec.aggregator.resources.limits.memory", '"4GB"', "should match"]),
+    ("negative-worker-cpu", "spec.worker.resources", {"requests": {"cpu": "-1"}},
+     ["spec.worker.resources.requests.cpu", "should match"]),
+    ("bad-template-sidecar-cpu", "spec.worker.template",
+     {"spec": {"initContainers": [{"name": "shipper", "image": "busybox", "restartPolicy": "Always",
+                                   "resources": {"requests": {"cpu": "lots"}}}]}},
+     ["spec.worker.template.spec.initContainers[0].resources.requests.cpu", "should match"]),
+    ("bad-template-container-limit", "spec.aggregator.template",
+     {"spec": {"containers": [{"name": "shipper", "image": "busybox", "resources": {"limits": {"memory": "big"}}}]}},
+     ["spec.aggregator.template.spec.containers[0].resources.limits.memory", "should match"]),
+    ("bad-template-overhead", "spec.worker.template", {"spec": {"overhead": {"cpu": "x"}}},
+     ["spec.worker.template.spec.overhead.cpu", "should match"]),
 ]
 
 
@@ -112,6 +129,20 @@ def test_valid_job_is_accepted_by_dry_run(cluster: Cluster, ns: str) -> None:
     """The baseline every case above perturbs is itself valid (so each rejection is the field's)."""
     obj = _job("baseline")
     cluster.kubectl("apply", "-n", ns, "--dry-run=server", "-f", "-", input=json.dumps(obj))
+
+
+def test_good_template_quantities_are_accepted_and_the_podspec_kept_whole(cluster: Cluster, ns: str) -> None:
+    """The templates' PodSpecs are typed only where they hold quantities: everything else a user
+    writes there (commands, env, claims, probes) is stored as written, and integers are quantities."""
+    sidecar = {"name": "shipper", "image": "busybox", "restartPolicy": "Always", "command": ["sleep", "inf"],
+               "env": [{"name": "A", "value": "b"}],
+               "resources": {"requests": {"cpu": 1, "memory": "64Mi"}, "limits": {"memory": "1.5e2Mi"}, "claims": []}}
+    template = {"spec": {"initContainers": [sidecar], "overhead": {"cpu": "250m"},
+                         "containers": [{"name": "grappa", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}
+    obj = _set(_job("templated"), "spec.worker.template", template)
+    out = cluster.kubectl("apply", "-n", ns, "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-",
+                          input=json.dumps(obj)).stdout
+    assert json.loads(out)["spec"]["worker"]["template"]["spec"] == template["spec"], out
 
 
 def test_unknown_field_strict_rejected(cluster: Cluster, ns: str) -> None:

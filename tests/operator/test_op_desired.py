@@ -164,7 +164,7 @@ def test_supporting_objects_carry_owner_and_labels(job):
         assert o["metadata"]["ownerReferences"][0]["kind"] == "GrappaJob"
 
 
-@pytest.mark.parametrize("cpu,threads", [(None, None), ("500m", "1"), (2, "2"), ("3.5", "3"), ("lots", None)])
+@pytest.mark.parametrize("cpu,threads", [(None, None), ("500m", "1"), (2, "2"), ("3.5", "3"), ("2500e-3", "2")])
 def test_torch_threads_follow_the_cpu_budget(job, cpu, threads):
     res = {"limits": {"cpu": cpu}} if cpu is not None else {}
     w = desired.group_pods(job, make_spec(worker={"resources": res}), 0)[1]
@@ -220,7 +220,8 @@ def test_workload_has_the_aggregator_and_the_workers_as_pod_sets():
     a, w = agg["template"]["spec"], workers["template"]["spec"]
     assert a["containers"] == [{"name": s.CONTAINER_NAME, "image": s.DEFAULT_TRAINER_IMAGE,
                                 "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
-    assert w["containers"][0]["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "4Gi"}}
+    # a limit without a request is the request (the API server defaults the pod so)
+    assert w["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
     assert w["nodeSelector"] == {"pool": "cpu"} and w["tolerations"] == [{"key": "k", "operator": "Exists"}]
     assert w["priorityClassName"] == "batch" and w["restartPolicy"] == "Never"
     assert "nodeSelector" not in a and "tolerations" not in a and "priorityClassName" not in a

@@ -356,12 +356,20 @@ def test_queued_lifecycle_through_the_glue(fake):
     strict(kube)
     assert kube.job["status"]["phase"] == "Running" and not kube.workload_patches
     # preempted: pods deleted after the status is written, the admission kept until they are gone
+    kube.job["status"]["progress"] = {"epoch": 7}  # the aggregator's last report
     evict(kube)
     kube.graceful = True
     kube.log.clear()
+    preempted = metrics.REGISTRY.get_sample_value("grappa_operator_disruptions_total",
+                                                  {"source": "Kueue", "reason": "Preempted"})
     strict(kube)
     st = kube.job["status"]
     assert st["phase"] == "Queued" and st["reason"] == "Preempted" and st["restarts"] == 0
+    record = {"time": st["conditions"][-1]["lastTransitionTime"], "source": "Kueue", "reason": "Preempted",
+              "message": "to make room", "epoch": 7}
+    assert st["disruptionHistory"] == [record] and st["queueEvictions"] == 1
+    assert metrics.REGISTRY.get_sample_value("grappa_operator_disruptions_total",
+                                             {"source": "Kueue", "reason": "Preempted"}) == preempted + 1
     assert kube.log[0] == "patch_status" and sorted(kube.log[1:]) == [
         "delete demo-aggregator", "delete demo-worker-1", "delete demo-worker-2"]
     assert not kube.workload_patches and kube.events[-1][:2] == ("Warning", "Preempted")
@@ -397,6 +405,10 @@ def test_queued_lifecycle_through_the_glue(fake):
     assert len(kube.workload_patches) == 2  # Finished once
     reasons = [r for _, r, _ in kube.events]
     assert reasons.count("Admitted") == 2 and reasons[-1] == "Succeeded" and "PodFailed" not in reasons
+    # the preemption stays on record in the final status, counted once
+    assert kube.job["status"]["disruptionHistory"] == [record] and kube.job["status"]["queueEvictions"] == 1
+    assert metrics.REGISTRY.get_sample_value("grappa_operator_disruptions_total",
+                                             {"source": "Kueue", "reason": "Preempted"}) == preempted + 1
 
 
 def test_failed_queued_job_marks_its_workload_failed(fake):

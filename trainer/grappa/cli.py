@@ -87,6 +87,18 @@ def setup_logging() -> None:
         torch.set_num_threads(int(threads))
 
 
+def report_error(err: Exception) -> None:
+    """The one `grappa: error:` line on stderr and, in a pod, as the container's termination
+    message, which the operator makes the job's status message (no log tail, no progress bars).
+    The kubelet creates the file in every container; it is absent outside a pod."""
+    text = f"grappa: error: {err}"
+    print(text, file=sys.stderr)
+    path = os.environ.get("GRAPPA_TERMINATION_LOG", "/dev/termination-log")
+    if os.path.isfile(path) and os.access(path, os.W_OK):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.encode()[:4096].decode(errors="ignore"))  # the kubelet keeps 4096 bytes
+
+
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     from .prepare import prepare_store
     manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
@@ -125,7 +137,7 @@ def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
     try:
         report = LocalJob(cfg).run()
     except LaunchError as err:
-        print(f"grappa: error: {err}", file=sys.stderr)
+        report_error(err)
         return 1
     print_result(report["result"], report, cfg.run_dir)
     return 0
@@ -206,7 +218,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
         return COMMANDS[args.command][1](cfg, **extra)
     except ConfigError as err:
-        print(f"grappa: error: {err}", file=sys.stderr)
+        report_error(err)
         return EXIT_CONFIG
     except Stopped as err:  # SIGTERM, the last completed epoch saved (logged where it happened)
         if str(err):
@@ -220,9 +232,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as err:
         from .errors import CANNOT_RUN, GROUP_FAILED  # lazy: keeps config errors fast (no torch import)
         if isinstance(err, GROUP_FAILED):  # another rank died, froze or diverged: retryable
-            print(f"grappa: error: {err}", file=sys.stderr)
+            report_error(err)
             return EXIT_CRASH
         if not isinstance(err, CANNOT_RUN):
             raise
-        print(f"grappa: error: {err}", file=sys.stderr)
+        report_error(err)
         return EXIT_CANNOT_RUN
