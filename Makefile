@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd bench-accuracy bench-network bench-strategies bench-scale bench-peer peer-env clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-peer peer-env clean-data
 
 venv: $(VENV)/.ready
 
@@ -34,6 +34,21 @@ test-unit: venv
 
 crd: venv
 	$(PY) -m grappa_operator.crdgen --write
+
+# manifests/operator.yaml: the chart rendered with its defaults (needs helm; tests/hack/test_manifests.py).
+manifests: venv
+	$(PY) hack/manifests.py --write
+
+# Both images from the Dockerfile, tagged $(REGISTRY)/grappa-{operator,trainer}:$(VERSION); with
+# REGISTRY set, pushed there and the chart packaged as dist/grappa-$(VERSION).tgz pointing at them
+# (hack/images.sh). Without REGISTRY only built: the kind bed's build (hack/kind/images.sh).
+REGISTRY ?=
+VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/grappa/Chart.yaml)
+IMAGE_CONTEXT ?= $(CURDIR)
+DOCKER_BUILD_FLAGS ?=
+images:
+	REGISTRY='$(REGISTRY)' VERSION='$(VERSION)' IMAGE_CONTEXT='$(IMAGE_CONTEXT)' \
+	    DOCKER_BUILD_FLAGS='$(DOCKER_BUILD_FLAGS)' hack/images.sh
 
 # The published runs; docs/results/benchmarks.md explains the choices (Physics stops at P = 4 for
 # memory, 10 Gbit/s and the scaling series are cut short for time). Each line resumes.

@@ -6,7 +6,7 @@
 # runs the same suite on a kind cluster built entirely offline instead (hack/kind/README.md).
 #
 # What it does:
-#   1. builds the operator and trainer images from the Dockerfile (targets `operator`, `trainer`);
+#   1. builds the operator and trainer images from the Dockerfile (`make images`, no push);
 #   2. creates a kind cluster (unless KIND_CLUSTER already exists) and `kind load`s both images;
 #   3. exports KUBECONFIG and GRAPPA_E2E_USE_KUBECONFIG=1 (the suite then starts nothing locally)
 #      plus the image variables the tests read (GRAPPA_E2E_OPERATOR_IMAGE, GRAPPA_E2E_TRAINER_IMAGE,
@@ -47,8 +47,7 @@ print-py: ; @echo $(PY)' print-py)
 fi
 
 echo ">> building images $OPERATOR_IMAGE and $TRAINER_IMAGE" >&2
-docker build --target operator -t "$OPERATOR_IMAGE" .
-docker build --target trainer -t "$TRAINER_IMAGE" .
+make -s images REGISTRY= VERSION="$IMAGE_TAG"  # the user's build, without the push
 
 created=0
 if ! kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then

@@ -2,7 +2,8 @@
 # The images the suite runs, built by the bed's dockerd with no network at all:
 #   python:3.11-slim   stand-in made from Debian packages (no registry is reachable), the
 #                      Dockerfile's base; grappa-operator:bed and grappa-trainer:bed from the
-#                      project's Dockerfile, installing from the host wheelhouse (WHEELS=local).
+#                      project's Dockerfile by `make images` (what users run, minus the push),
+#                      installing from the host wheelhouse (WHEELS=local).
 # Each image carries the key it was built from (label grappa.bed.key) and is skipped when current.
 #   images.sh            # needs dockerd.sh start
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -53,17 +54,15 @@ grappa_images() {
     rm -rf "$ctx" "$BED"/logs/build-*.log && mkdir -p "$ctx"
     (cd "$REPO" && context_files | tar -cf - -T - | tar -C "$ctx" -xf -)
     cp -al "$wheels" "$ctx/wheelhouse"
+    # The build a user runs (`make images`, hack/images.sh) without REGISTRY, so nothing is pushed;
+    # offline: no network, pip reads the wheelhouse linked into the context.
+    log "grappa-operator:bed, grappa-trainer:bed: make images (wheels from $wheels) ..."
+    nice -n 10 make -s -C "$REPO" images REGISTRY= VERSION=bed IMAGE_CONTEXT="$ctx" \
+        DOCKER_BUILD_FLAGS="--network none --build-arg WHEELS=local --label grappa.bed.key=$key" \
+        >>"$BED/logs/build-images.log" \
+        || { tail -30 "$BED/logs/build-images.log" >&2; die "make images failed (log: $BED/logs/build-images.log)"; }
     for target in operator trainer; do
-        log "grappa-$target:bed from the Dockerfile (--target $target, wheels from $wheels) ..."
-        local start=$SECONDS stage
-        # The dependency stage is tagged too, so it stays cached when the previous images are
-        # pruned: a code change then rebuilds only the source layer.
-        for stage in "deps-$target" "$target"; do
-            nice -n 10 docker build --network none --build-arg WHEELS=local --target "$stage" \
-                --label "grappa.bed.key=$key" -t "grappa-$stage:bed" "$ctx" >>"$BED/logs/build-$target.log" 2>&1 \
-                || { tail -30 "$BED/logs/build-$target.log" >&2; die "docker build --target $stage failed (log: $BED/logs/build-$target.log)"; }
-        done
-        log "grappa-$target:bed built in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "grappa-$target:bed" | numfmt --to=iec))"
+        log "grappa-$target:bed: $(docker image inspect -f '{{.Size}}' "grappa-$target:bed" | numfmt --to=iec)"
     done
     rm -rf "$ctx"
     docker image prune -f >/dev/null  # the previous images, now untagged

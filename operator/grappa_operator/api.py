@@ -118,7 +118,11 @@ class PodSettings(Section):
                     "(chart value trainerImage), read when the pods are (re)created.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="Image pull policy.")
-    resources: Resources = Field(default_factory=Resources, description="Container resources.")
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="Container resources. GPUs (nvidia.com/gpu and other GPU resources) are granted "
+                    "but not used: the trainer runs on CPU only (gloo, no CUDA device), and a job "
+                    "requesting one gets a GPUNotUsed Warning Event.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
     env: list[EnvVar] = Field(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Optional, Union
 
+from . import gpu, imagepull
 from . import rounds as rounds_mod
 from . import settings as s
 from .api import MAX_DISRUPTIONS, GrappaJobSpec
@@ -60,6 +61,7 @@ class PodObs:
     # The grappa container has terminated but other containers (a plain sidecar) keep the pod
     # Running: `phase` is then the grappa container's outcome, and the pod is deleted when done.
     lingering: bool = False
+    pull_error: Optional[imagepull.PullError] = None  # its image cannot be pulled
 
     @classmethod
     def from_pod(cls, pod: dict[str, Any]) -> "PodObs":
@@ -114,6 +116,7 @@ class PodObs:
             pending_reason=pending or "not started yet",
             disruption=disruption,
             lingering=lingering,
+            pull_error=imagepull.observe(status),
         )
 
 
@@ -284,6 +287,8 @@ def step(job: JobRef, spec: Union[GrappaJobSpec, SpecError], status: Optional[di
         set_condition(st, "Created", "True", "Created", "GrappaJob accepted by the operator", now)
         _enter(plan, "Pending", "Created", "waiting for pods", now)
         plan.event("Normal", "Created", f"GrappaJob {job.namespace}/{job.name} accepted")
+        if isinstance(spec, GrappaJobSpec) and gpu.requested(spec):
+            plan.event("Warning", gpu.REASON, gpu.warning(spec))
     if generation is not None:
         st["observedGeneration"] = generation
     if isinstance(spec, GrappaJobSpec) and not st.get("runDir"):
@@ -339,6 +344,10 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
         _fail(plan, "DeadlineExceeded", f"the job was active longer than "
               f"spec.runPolicy.activeDeadlineSeconds ({rp.active_deadline_seconds}s) since "
               f"{iso(started)}", now, pods, policy)
+        return
+    pull = _pull_failure(spec, pods, now)
+    if pull:
+        _fail(plan, imagepull.REASON, pull, now, pods, policy)
         return
     if rp.pre_running_deadline_seconds is not None:
         limit = timedelta(seconds=rp.pre_running_deadline_seconds)
@@ -438,6 +447,16 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
         plan.round_reason = reason
         plan.event("Normal", "RoundDecided", f"round {decision.round} ({reason}): pairing seed "
                    f"{decision.pairing_seed}, effective from epoch {decision.effective_epoch}")
+
+
+def _pull_failure(spec: GrappaJobSpec, pods: list[PodObs], now: datetime) -> Optional[str]:
+    for p in pods:
+        if p.phase == "Pending" and not p.deleting and p.pull_error is not None:
+            settings_ = spec.worker if p.role == s.ROLE_WORKER else spec.aggregator
+            msg = imagepull.failure(p.name, p.role, p.pull_error, p.created_at, now, settings_.image is not None)
+            if msg:
+                return msg
+    return None
 
 
 # ---- Kueue ---------------------------------------------------------------------------------

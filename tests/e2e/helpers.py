@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -544,16 +545,16 @@ class Prometheus:
         scrape_auth = self._proxy_auth()
         for name in ("operator", "trainers"):
             (self.root / f"{name}.json").write_text("[]")
-        self.honor = chart_honor_labels(self.cluster)
+        scrape = chart_scrape_settings(self.cluster)
+        self.honor = {name: bool(cfg.get("honor_labels")) for name, cfg in scrape.items()}
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "5s"},
             "scrape_configs": [
-                # honor_labels exactly as the chart's ServiceMonitor (operator) and trainer
-                # PodMonitor set honorLabels, so label clashes show up here as they would there.
-                {"job_name": "grappa-operator", "honor_labels": self.honor["operator"], **scrape_auth,
-                 "file_sd_configs": [{"files": [str(self.root / "operator.json")], "refresh_interval": "1s"}]},
-                {"job_name": "grappa-trainers", "honor_labels": self.honor["trainers"], **scrape_auth,
-                 "file_sd_configs": [{"files": [str(self.root / "trainers.json")], "refresh_interval": "1s"}]},
+                # honor_labels and relabelings exactly as the chart's ServiceMonitor (operator) and
+                # trainer PodMonitor set them, so label clashes show up here as they would there.
+                {"job_name": f"grappa-{name}", **scrape[name], **scrape_auth,
+                 "file_sd_configs": [{"files": [str(self.root / f"{name}.json")], "refresh_interval": "1s"}]}
+                for name in ("operator", "trainers")
             ],
         }
         (self.root / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -628,8 +629,11 @@ class Prometheus:
                   "__metrics_path__": f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}:{port}/proxy/metrics"}
         if pod_labels:
             # What the Prometheus Operator's PodMonitor attaches (the trainers' own series have no
-            # `namespace`; the dashboards filter them by it).
+            # `namespace`; the dashboards filter them by it) and the pod's labels as Kubernetes
+            # service discovery names them, for the chart's relabelings.
             labels.update(namespace=meta["namespace"], pod=meta["name"])
+            for key, value in (meta.get("labels") or {}).items():
+                labels["__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)] = value
         return {"targets": [self.apiserver], "labels": labels}
 
     @staticmethod
@@ -722,20 +726,37 @@ class Prometheus:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def chart_honor_labels(cluster: Cluster) -> dict[str, bool]:
-    """honorLabels of the chart's operator ServiceMonitor and trainer PodMonitor (helm template)."""
+_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "action": "action",
+                 "regex": "regex", "replacement": "replacement", "separator": "separator"}
+
+
+def _relabel(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prometheus Operator relabelings (camelCase) as Prometheus relabel_configs."""
+    out = []
+    for rule in rules:
+        unknown = set(rule) - set(_RELABEL_KEYS)
+        assert not unknown, f"the chart's relabeling uses {unknown}: teach tests/e2e/helpers.py about it"
+        out.append({_RELABEL_KEYS[k]: v for k, v in rule.items()})
+    return out
+
+
+def chart_scrape_settings(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """honor_labels, relabel_configs and metric_relabel_configs of the chart's operator
+    ServiceMonitor and trainer PodMonitor (helm template), as Prometheus scrape settings."""
     proc = helm(cluster, "template", "x", str(CHART), "--set", "metrics.serviceMonitor.enabled=true",
                 "--set", "metrics.trainerPodMonitor.enabled=true", "--show-only", "templates/monitoring.yaml")
-    out = {"operator": False, "trainers": False}
+    out: dict[str, dict[str, Any]] = {"operator": {}, "trainers": {}}
     for doc in yaml.safe_load_all(proc.stdout):
         if not doc:
             continue
-        eps = doc["spec"].get("endpoints") or doc["spec"].get("podMetricsEndpoints") or []
-        honor = any(e.get("honorLabels") for e in eps)
+        (ep,) = doc["spec"].get("endpoints") or doc["spec"].get("podMetricsEndpoints")
+        cfg = {"honor_labels": bool(ep.get("honorLabels")),
+               "relabel_configs": _relabel(ep.get("relabelings") or []),
+               "metric_relabel_configs": _relabel(ep.get("metricRelabelings") or [])}
         if doc["kind"] == "ServiceMonitor":
-            out["operator"] = honor
+            out["operator"] = cfg
         elif doc["metadata"]["name"].endswith("-trainers"):
-            out["trainers"] = honor
+            out["trainers"] = cfg
     return out
 
 

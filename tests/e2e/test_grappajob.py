@@ -78,13 +78,16 @@ def test_job_succeeds_with_rounds(cluster: Cluster, release: h.Release, happy: h
 def test_printer_columns(cluster: Cluster, happy: h.JobRun) -> None:
     out = cluster.kubectl("get", "grappajobs", "-n", happy.namespace).stdout
     header, *rows = out.strip().splitlines()
-    assert header.split() == ["NAME", "PHASE", "EPOCH", "ROUND", "LOSS", "VAL-ACC", "AGE"], out
+    assert header.split() == ["NAME", "PHASE", "EPOCH", "VAL-ACC", "TEST-ACC", "ETA-SECONDS", "AGE"], out
     row = next(r.split() for r in rows if r.split()[0] == happy.name)
     prog = happy.job["status"]["progress"]
-    assert row[1:4] == ["Succeeded", str(prog["epoch"]), str(prog["round"])], out
-    assert abs(float(row[4]) - prog["loss"]) < 1e-3 and abs(float(row[5]) - prog["valAcc"]) < 1e-3, out
+    assert row[1:3] == ["Succeeded", str(prog["epoch"])], out
+    assert abs(float(row[3]) - prog["valAcc"]) < 1e-3 and abs(float(row[4]) - prog["testAcc"]) < 1e-3, out
+    eta = prog.get("etaSeconds")
+    assert row[5] == (str(int(eta)) if eta is not None else "<none>"), out  # truncated to an integer
     wide = cluster.kubectl("get", "gj", happy.name, "-n", happy.namespace, "-o", "wide").stdout
-    assert "RESTARTS" in wide.splitlines()[0] and "STRATEGY" in wide.splitlines()[0], wide
+    for col in ("EPOCHS", "ROUND", "LOSS", "STRATEGY", "RESTARTS", "REASON"):
+        assert col in wide.splitlines()[0].split(), wide
     assert "grappa" in wide.splitlines()[1].split(), wide
 
 

@@ -131,3 +131,46 @@ def test_operator_per_job_series_keep_their_labels(prom: h.Prometheus, happy: h.
     ok = any(m.get("job") == happy.name and m.get("namespace") == happy.namespace for m in labels)
     assert prom.honor["operator"], "the chart's operator ServiceMonitor/PodMonitor must set honorLabels"
     assert ok, labels
+
+
+def test_trainer_series_carry_the_operators_labels(prom: h.Prometheus, happy: h.JobRun) -> None:
+    """The trainer PodMonitor trusts no label a pod exposes: `job` and `rank` come from the labels
+    the operator puts on its pods, `namespace` from the target, and the trainer's own copies
+    (renamed exported_* without honorLabels) are dropped."""
+    assert not prom.honor["trainers"], "the trainer PodMonitor must not set honorLabels"
+    series = prom.query_range(f'{{__name__=~"grappa_trainer_.+",namespace="{happy.namespace}"}}',
+                              happy.started_wall, time.time())
+    labels = [s["metric"] for s in series]
+    assert labels, prom.targets_seen
+    assert {m.get("job") for m in labels} == {happy.name}, labels[:5]
+    assert {m.get("rank") for m in labels} == {str(r) for r in range(5)}, labels[:5]  # P = 4
+    assert not [k for m in labels for k in m if k.startswith("exported_")], labels[:5]
+
+
+FAKE_METRICS = "grappa_trainer_loss{{job=\"{job}\",namespace=\"{ns}\",rank=\"0\"}} 4242\n"
+
+
+def test_a_tenant_pod_cannot_speak_for_another_namespace(cluster: Cluster, prom: h.Prometheus, happy: h.JobRun,
+                                                         namespace: str) -> None:
+    """A pod any tenant can create, labelled like a trainer, claiming to be the happy job in the
+    happy job's namespace: its series lands in its own namespace under its own job label."""
+    body = FAKE_METRICS.format(job=happy.name, ns=happy.namespace)
+    server = ("import http.server as s\n"
+              "class H(s.BaseHTTPRequestHandler):\n"
+              "    def do_GET(self):\n"
+              f"        b = {body!r}.encode(); self.send_response(200); self.end_headers(); self.wfile.write(b)\n"
+              "s.HTTPServer(('0.0.0.0', 9400), H).serve_forever()\n")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "impostor", "labels": {
+        "app.kubernetes.io/managed-by": "grappa-operator", "grappa.dev/role": "aggregator",
+        "grappa.dev/job-name": "impostor"}},
+        "spec": {"containers": [{"name": "metrics", "image": h.OPERATOR_IMAGE or "python:3.11-slim",
+                                 "imagePullPolicy": h.PULL_POLICY, "command": ["python", "-c", server],
+                                 "ports": [{"name": "metrics", "containerPort": 9400}]}]}}
+    h.apply_file(cluster, namespace, pod)
+    cluster.wait_pod_phase(namespace, "impostor", ("Running",))
+
+    def scraped() -> list[dict[str, Any]]:
+        return prom.query("grappa_trainer_loss == 4242")
+    got = cluster.wait_for(scraped, h.scaled(60), "the impostor's series scraped")
+    assert [(s["metric"].get("namespace"), s["metric"].get("job")) for s in got] == [(namespace, "impostor")], got
+    assert not [k for s in got for k in s["metric"] if k.startswith("exported_")], got

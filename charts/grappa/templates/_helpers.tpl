@@ -92,3 +92,14 @@ app.kubernetes.io/component: operator
   verbs: ["create"]
 {{- end }}
 {{- end -}}
+
+{{/* The images: a repository set in full wins, else <imageRegistry>/grappa-<name>; tag: appVersion. */}}
+{{- define "grappa.operatorImage" -}}
+{{- $repo := .Values.image.repository | default (printf "%s/grappa-operator" .Values.imageRegistry) -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "grappa.trainerImage" -}}
+{{- $repo := .Values.trainerImage.repository | default (printf "%s/grappa-trainer" .Values.imageRegistry) -}}
+{{- printf "%s:%s" $repo (.Values.trainerImage.tag | default .Chart.AppVersion) -}}
+{{- end -}}
