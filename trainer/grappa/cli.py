@@ -1,4 +1,4 @@
-"""Command line: `grappa prepare | train | single | aggregator | worker`.
+"""Command line: `grappa prepare | train | single | predict | evaluate | aggregator | worker`.
 
 Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
 Exit codes: 0 ok, 1 failure, 2 invalid configuration, 3 the job cannot run with this data,
@@ -16,6 +16,7 @@ from typing import Optional
 import yaml
 
 from .config import ConfigError, TrainConfig, load_config
+from .inference.commands import INFERENCE_COMMANDS, run_inference
 from .runtime.stop import EXIT_STOPPED, Stopped
 
 EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3
@@ -163,11 +164,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, _) in COMMANDS.items():
         add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
+    for name, (help_text, add_arguments) in INFERENCE_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_config_flags(p)  # the graph to run on: --dataset, --config, --set dataset.*
+        add_arguments(p)
     args = parser.parse_args(argv)
     try:
         cfg = config_from_args(args)
         if args.command not in ("aggregator", "worker"):
             setup_logging()
+        if args.command in INFERENCE_COMMANDS:
+            return run_inference(args.command, cfg, args)
         return COMMANDS[args.command][1](cfg)
     except ConfigError as err:
         print(f"grappa: error: {err}", file=sys.stderr)

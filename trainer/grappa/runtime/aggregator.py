@@ -18,6 +18,7 @@ from . import protocol as proto
 from .checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
 from ..chunks.store import ChunkStore
 from ..config import TrainConfig, dump_config
+from ..model_file import describe as describe_model, save_model
 from ..models import GNN
 from ..memory import PeakMemory
 from ..params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
@@ -196,8 +197,14 @@ class Aggregator:
         return {
             "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "best": self.best, "decision": decision.__dict__, "history": self.history,
-            "config": dump_config(self.cfg),
+            "config": dump_config(self.cfg), "describe": self.describe(),
         }
+
+    def describe(self) -> dict:
+        """What rebuilds the model without the run's config (model_file.py)."""
+        man = self.manifest
+        return describe_model(self.cfg, man["num_features"], man["num_classes"],
+                              getattr(self.model, "widths", []), man)
 
     def resume(self) -> tuple[int, RoundDecision]:
         fresh = RoundDecision(0, round_seed(self.cfg.grappa.partition_seed, 0), 0)
@@ -339,7 +346,7 @@ class Aggregator:
 
     def finish(self) -> dict:
         if self.best["state"] is not None:
-            torch.save(self.best["state"], self.run_dir / "model.pt")
+            save_model(self.run_dir / "model.pt", self.describe(), self.best["state"])
         result = {"test_acc": self.best["test"], "best_val": self.best["val"],
                   "best_epoch": self.best["epoch"]}
         self.progress.test_acc = self.best["test"]
