@@ -1,0 +1,100 @@
+"""grappa predict / evaluate: exact, distributed over P workers, resumable, in bounded memory."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from grappa.cli import main
+from grappa.inference.launcher import run_local
+from grappa.inference.worker import KILL_AFTER_LAYER
+from grappa.model_file import load_model
+from grappa.runtime.launcher import LaunchError
+
+from inference_helpers import (job_for, load_outputs, model_file, reference_layers, run_in_threads,
+                               small_store)
+
+
+@pytest.fixture(scope="module")
+def store_cfg(tmp_path_factory):
+    return small_store(tmp_path_factory.mktemp("inference"))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("arch", ["gcn", "sage", "gat", "gin"])
+def test_predictions_equal_a_single_process_reference(store_cfg, tmp_path, arch, workers):
+    path = model_file(store_cfg, tmp_path / "model.pt", arch, layers=3)
+    model = load_model(path).model
+    ref = reference_layers(model, store_cfg.store_path)
+    # small blocks: several per chunk, so block boundaries and halo reads are exercised
+    job = job_for(path, store_cfg.store_path, tmp_path / "out", workers, scores=True, embed_layer=2,
+                  embed_dtype="float32", block_edges=300, block_rows=128)
+    run_in_threads(job)
+    got = load_outputs(tmp_path / "out")
+    logits = ref[-1]
+    assert got["predictions"].dtype == np.int32 and got["predictions"].shape == (logits.shape[0],)
+    np.testing.assert_array_equal(got["predictions"], logits.argmax(1).numpy())
+    assert got["scores"].dtype == np.float16
+    np.testing.assert_allclose(got["scores"], torch.softmax(logits, 1).numpy(), atol=2e-3)
+    np.testing.assert_allclose(got["embeddings"], ref[1].numpy(), rtol=1e-4, atol=1e-5)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["files"]["embeddings"]["shape"] == [logits.shape[0], model.widths[1]]
+    assert not (tmp_path / "out" / ".grappa-work").exists()
+
+
+def test_predict_on_another_graph_with_the_same_feature_width(store_cfg, tmp_path):
+    """A model trained on one graph labels another of the same kind (its own store, own size)."""
+    other = small_store(tmp_path / "other", num_nodes=450, chunks=3, features=24, seed=7)
+    path = model_file(store_cfg, tmp_path / "model.pt", "sage")
+    out = tmp_path / "out"
+    assert main(["predict", "--model", str(path), "--store", str(other.store_path), "--out", str(out),
+                 "--partitions", "3", "--quiet"]) == 0
+    ref = reference_layers(load_model(path).model, other.store_path)[-1]
+    np.testing.assert_array_equal(np.load(out / "predictions.npy"), ref.argmax(1).numpy())
+
+
+def test_a_model_on_a_graph_of_another_feature_width_is_refused(store_cfg, tmp_path, capsys):
+    other = small_store(tmp_path / "other", num_nodes=300, chunks=2, features=10)
+    path = model_file(store_cfg, tmp_path / "model.pt", "gcn")
+    code = main(["predict", "--model", str(path), "--store", str(other.store_path), "--out",
+                 str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "24 input features" in err and "has 10" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_old_model_file_is_refused_with_the_fix(store_cfg, tmp_path, capsys):
+    path = model_file(store_cfg, tmp_path / "model.pt", "gcn")
+    old = tmp_path / "old.pt"
+    torch.save(torch.load(path, weights_only=False)["state_dict"], old)  # what Grappa wrote before
+    code = main(["predict", "--model", str(old), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "bare state dict" in err and "python -m grappa.model_file convert" in err, err
+    # the fix works: the run's config + the old file -> a model file predict accepts
+    cfg_file = tmp_path / "config.json"
+    cfg_file.write_text(json.dumps({"config": json.loads(store_cfg.model_copy(update={
+        "model": store_cfg.model.model_copy(update={"hidden": 16, "dropout": 0.0})}).model_dump_json(by_alias=True))}))
+    from grappa.model_file import main as model_file_main
+    assert model_file_main(["convert", str(old), "--config", str(cfg_file), "--out", str(tmp_path / "new.pt")]) == 0
+    assert load_model(tmp_path / "new.pt").meta["model"]["arch"] == "gcn"
+
+
+def test_a_killed_predict_resumes_from_the_completed_layers(store_cfg, tmp_path, monkeypatch):
+    path = model_file(store_cfg, tmp_path / "model.pt", "gcn", layers=3)
+    whole = job_for(path, store_cfg.store_path, tmp_path / "whole", 2, scores=True, embed_layer=2)
+    run_in_threads(whole)
+    job = job_for(path, store_cfg.store_path, tmp_path / "out", 2, scores=True, embed_layer=2)
+    (tmp_path / "out").mkdir()
+    monkeypatch.setenv(KILL_AFTER_LAYER, "2")  # every worker is SIGKILLed once layer 2 is written
+    with pytest.raises(LaunchError, match="resume"):
+        run_local(job, 600, 3, progress=False)
+    assert not list((tmp_path / "out").glob("*.npy")) and not (tmp_path / "out" / "manifest.json").exists()
+    monkeypatch.delenv(KILL_AFTER_LAYER)
+    manifest = json.loads(run_local(job, 600, 3, progress=False).read_text())
+    assert all(w["skipped_layers"] == [1, 2] for w in manifest["per_worker"])
+    for name, want in load_outputs(tmp_path / "whole").items():
+        np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{name}.npy"), want)
