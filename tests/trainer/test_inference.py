@@ -98,3 +98,28 @@ def test_a_killed_predict_resumes_from_the_completed_layers(store_cfg, tmp_path,
     assert all(w["skipped_layers"] == [1, 2] for w in manifest["per_worker"])
     for name, want in load_outputs(tmp_path / "whole").items():
         np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{name}.npy"), want)
+
+
+def test_evaluate_equals_the_training_reports_exact_test_accuracy(tmp_path, capsys):
+    """Train (exact evaluation: the same layer-wise pass, rows through files), then score
+    model.pt with `grappa evaluate` on the training store, with another P."""
+    from grappa.config import TrainConfig
+    from grappa.prepare import prepare_store
+    from grappa.runtime.launcher import LocalJob
+    cfg = TrainConfig.model_validate({
+        "partitions": 2, "grappa": {"chunks": 4, "rounds": {"every": 1}},
+        "dataset": {"name": "csbm", "synthetic": {"numNodes": 600, "numFeatures": 24}},
+        "model": {"hidden": 16, "layers": 3, "arch": "sage"}, "training": {"epochs": 3},
+        "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")})
+    prepare_store(cfg, progress=False)
+    report = LocalJob(cfg, progress=False).run()
+    meta = load_model(tmp_path / "run" / "model.pt").meta
+    assert meta["model"]["arch"] == "sage" and meta["widths"] == [16, 16, 5] and meta["strategy"] == "grappa"
+    assert not list((tmp_path / "run" / "eval-layers").glob("**/.*.tmp"))
+    assert main(["evaluate", "--model", str(tmp_path / "run" / "model.pt"), "--partitions", "3", "--quiet"]) == 0
+    ev = json.loads((tmp_path / "run" / "evaluation" / "evaluation.json").read_text())
+    assert ev["test"]["acc"] == pytest.approx(report["result"]["test_acc"], abs=1e-9)
+    best = next(h for h in report["history"] if h["epoch"] == report["result"]["best_epoch"])
+    assert ev["val"]["acc"] == pytest.approx(best["val_acc"], abs=1e-9)
+    assert ev["test"]["loss"] == pytest.approx(best["test_loss"], rel=1e-4)
+    assert "accuracy: train" in capsys.readouterr().out

@@ -121,3 +121,22 @@ def compute_chunk(model: GNN, layer: int, g: StoreGraph, source: RowSource, k: i
         del h, block
         g.release()
         source.release()
+
+
+def write_chunk(model: GNN, layer: int, g: StoreGraph, source: RowSource, k: int, path,
+                block_edges: int, on_rows: Callable[[int], None] = lambda n: None) -> int:
+    """Layer `layer` of chunk k into its row file (rowfiles.py), published when complete;
+    returns the bytes written."""
+    from .rowfiles import RowFileWriter
+    w = RowFileWriter(path, int(g.store.manifest["chunks"][k]["nodes"]), model.widths[layer])
+
+    def sink(a: int, b: int, out: Tensor) -> None:
+        w.append(out.numpy())
+        on_rows(b - a)
+    try:
+        compute_chunk(model, layer, g, source, k, block_edges, sink)
+    except BaseException:
+        w.abort()
+        raise
+    w.close()
+    return w.bytes

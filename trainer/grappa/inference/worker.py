@@ -25,9 +25,9 @@ from ..rounds import base_chunks
 from ..runtime.checkpoint import atomic_write
 from ..sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from .job import PredictJob
-from .layer_pass import StoreGraph, compute_chunk
+from .layer_pass import StoreGraph, write_chunk
 from .outputs import assemble, id_range, output_specs
-from .rowfiles import LayerRows, RowFileWriter, layer_complete, layer_file
+from .rowfiles import LayerRows, layer_complete, layer_file
 from .status import Status, read_status
 
 log = logging.getLogger("grappa.predict")
@@ -59,18 +59,9 @@ def compute_layers(job: PredictJob, model, g: StoreGraph, rank: int, status: Sta
             wait_until(lambda: layer_complete(scratch, l, range(K)), f"layer {l}")
         source = g if l == 0 else LayerRows(scratch, l)
         for k in todo:
-            w = RowFileWriter(layer_file(scratch, l + 1, k), sizes[k], model.widths[l])
-
-            def sink(a: int, b: int, out: torch.Tensor) -> None:
-                w.append(out.numpy())
-                status.update(rows=status.state["rows"] + b - a, bytes_read=g.bytes_read)
-            try:
-                compute_chunk(model, l, g, source, k, job.block_edges, sink)
-            except BaseException:
-                w.abort()
-                raise
-            w.close()
-            status.add("bytes_written", w.bytes)
+            written = write_chunk(model, l, g, source, k, layer_file(scratch, l + 1, k), job.block_edges,
+                                  lambda n: status.update(rows=status.state["rows"] + n, bytes_read=g.bytes_read))
+            status.add("bytes_written", written)
         if os.environ.get(KILL_AFTER_LAYER) == str(l + 1):
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -91,12 +91,8 @@ class Aggregator:
         self.link.send_many([(ctrl, r) for r in self.workers], "control")
 
     def receive_layouts(self) -> None:
-        self.base_ids, self.halo_ids = {}, {}
-        if self.cfg.sampled_eval:
-            return  # each worker scores its own nodes: no rows to route
-        for r in self.workers:
-            self.base_ids[r] = self.link.recv_var(r, "control")
-            self.halo_ids[r] = self.link.recv_var(r, "control")
+        """Nothing to receive: exact evaluation routes no rows through the aggregator (the
+        workers read each other's rows from the shared volume, inference/exact_eval.py)."""
 
     def setup_round(self, decision: RoundDecision, epoch: int) -> dict:
         self.command(proto.control(proto.CMD_ROUND, epoch, decision.round, decision.pairing_seed))
@@ -166,19 +162,12 @@ class Aggregator:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Exact layer-wise inference: workers send their base rows, get their halo rows back.
-        Sampled evaluation: the workers' stats only."""
-        if self.cfg.sampled_eval:
-            return self.receive_eval_stats()
-        num_nodes = self.manifest["num_nodes"]
-        widths = self.model.widths
-        for layer in range(len(widths) - 1):
-            rows = self.link.recv_many(
-                [(torch.empty(self.base_ids[r].numel(), widths[layer]), r) for r in self.workers], "eval")
-            full = torch.zeros(num_nodes, widths[layer])
-            for r, h in zip(self.workers, rows):
-                full[self.base_ids[r]] = h
-            self.link.send_many([(full[self.halo_ids[r]], r) for r in self.workers], "eval")
+        """Exact layer-wise inference: after each hidden layer, a barrier (every worker has
+        written its rows; one element each way). Sampled evaluation: the workers' stats only."""
+        if not self.cfg.sampled_eval:
+            for _ in range(len(self.model.widths) - 1):
+                self.link.recv_many([(torch.empty(1), r) for r in self.workers], "eval")
+                self.link.send_many([(torch.zeros(1), r) for r in self.workers], "eval")
         return self.receive_eval_stats()
 
     def receive_eval_stats(self) -> dict:
