@@ -10,7 +10,13 @@ import os
 import time
 from pathlib import Path
 
-from ..memory import PeakMemory
+from ..memory import PeakMemory, _status_kib
+
+
+def anon_rss_bytes() -> int:
+    """Resident memory this process allocated itself (heap, tensors): RSS without the mapped
+    files, whose pages the kernel maps ahead in 64 KiB runs (fault-around) and reclaims at will."""
+    return _status_kib("/proc/self/status", "RssAnon:") * 1024
 
 
 def status_file(scratch: Path, rank: int) -> Path:
@@ -32,14 +38,21 @@ class Status:
         self.state = {"rank": rank, "phase": "start", "layer": 0, "rows": 0, "rows_total": 0,
                       "skipped_layers": [], "assembled_rows": 0, "started_at": time.time(),
                       "bytes_read": 0, "bytes_written": 0}
+        self.peak_anon = 0
+
+    def sample(self) -> None:
+        """Called where a block's arrays are alive (the kernel keeps no peak of anonymous RSS)."""
+        self.peak_anon = max(self.peak_anon, anon_rss_bytes())
 
     def update(self, force: bool = False, **fields) -> None:
         self.state.update(fields)
+        self.sample()
         now = time.monotonic()
         if force or now - self._written >= self.interval:
             self._written = now
             self.memory.sample()
             self.state.update(peak_rss_bytes=self.memory.peak_rss, peak_pss_bytes=self.memory.peak_pss,
+                              peak_anon_bytes=self.peak_anon,
                               seconds=time.time() - self.state["started_at"])
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(self.state))

@@ -137,7 +137,7 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
         "dataset": {"store": str(Path(job.store).resolve()), "fingerprint": job.store_fingerprint,
                     "source": store.manifest.get("source"), "num_features": store.manifest["num_features"]},
         "workers": job.workers, "seconds": time.time() - started,
-        "per_worker": [{k: w.get(k) for k in ("peak_rss_bytes", "peak_pss_bytes", "bytes_read",
+        "per_worker": [{k: w.get(k) for k in ("peak_rss_bytes", "peak_pss_bytes", "peak_anon_bytes", "bytes_read",
                                               "bytes_written", "seconds", "skipped_layers")} for w in workers],
     }
     manifest["nodes_per_second"] = n / max(manifest["seconds"], 1e-9)
