@@ -110,12 +110,14 @@ def test_evaluate_equals_the_training_reports_exact_test_accuracy(tmp_path, caps
         "partitions": 2, "grappa": {"chunks": 4, "rounds": {"every": 1}},
         "dataset": {"name": "csbm", "synthetic": {"numNodes": 600, "numFeatures": 24}},
         "model": {"hidden": 16, "layers": 3, "arch": "sage"}, "training": {"epochs": 3},
-        "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")})
+        "checkpoint": {"interval": 1}, "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")})
     prepare_store(cfg, progress=False)
     report = LocalJob(cfg, progress=False).run()
     meta = load_model(tmp_path / "run" / "model.pt").meta
     assert meta["model"]["arch"] == "sage" and meta["widths"] == [16, 16, 5] and meta["strategy"] == "grappa"
     assert not list((tmp_path / "run" / "eval-layers").glob("**/.*.tmp"))
+    ck = load_model(tmp_path / "run" / "checkpoints" / "epoch-000003.pt")  # checkpoints describe it too
+    assert ck.meta["widths"] == meta["widths"] and ck.meta["store"]["fingerprint"] == meta["store"]["fingerprint"]
     assert main(["evaluate", "--model", str(tmp_path / "run" / "model.pt"), "--partitions", "3", "--quiet"]) == 0
     ev = json.loads((tmp_path / "run" / "evaluation" / "evaluation.json").read_text())
     assert ev["test"]["acc"] == pytest.approx(report["result"]["test_acc"], abs=1e-9)
@@ -145,3 +147,37 @@ def test_worker_peak_memory_stays_flat_on_a_16x_larger_graph(tmp_path):
     control = peak(32000, "control", 1 << 30)
     assert large - small < 24 * mib, (small / mib, large / mib)
     assert control - small > 48 * mib, (small / mib, control / mib)
+
+
+def test_readme_predict_example_runs_as_written(tmp_path):
+    """README "Using the trained model": train, predict, evaluate, load with numpy, as written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_examples import readme_block
+    repo = Path(__file__).resolve().parents[2]
+    script = readme_block("predict").replace("python ", f"{sys.executable} ")
+    env = {**os.environ, "PYTHONPATH": f"{repo / 'trainer'}:{repo / 'operator'}"}
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "classes of nodes 0-9: [" in res.stdout and "embeddings: (1000, 32)" in res.stdout, res.stdout
+    report = json.loads((tmp_path / "runs" / "model-demo" / "report.json").read_text())
+    assert f"test accuracy: {report['result']['test_acc']}" in res.stdout
+
+
+def test_grappa_single_writes_a_self_describing_model_file(tmp_path):
+    from grappa.config import TrainConfig
+    from grappa.data import load_dataset
+    from grappa.single import train_single
+    cfg = TrainConfig.model_validate({
+        "dataset": {"name": "csbm", "synthetic": {"numNodes": 300, "numFeatures": 12}},
+        "model": {"hidden": 8, "arch": "gat", "heads": 2}, "training": {"epochs": 2},
+        "runDir": str(tmp_path / "run")})
+    data = load_dataset(cfg.dataset)
+    train_single(cfg, data)
+    loaded = load_model(tmp_path / "run" / "model.pt")
+    assert loaded.meta["strategy"] == "single" and loaded.meta["store"] is None
+    assert (loaded.meta["model"]["arch"], loaded.num_features, loaded.num_classes) == ("gat", 12, 5)
+    assert loaded.widths == [8, 5]

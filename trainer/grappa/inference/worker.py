@@ -66,18 +66,22 @@ def compute_layers(job: PredictJob, model, g: StoreGraph, rank: int, status: Sta
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def split_sums(model, g: StoreGraph, scratch: Path, chunks: list[int]) -> dict:
-    """Loss sum, correct and count per split over the labelled nodes of `chunks`."""
+def split_sums(model, g: StoreGraph, scratch: Path, chunks: list[int], block_rows: int) -> dict:
+    """Loss sum, correct and count per split over the labelled nodes of `chunks`, a block of
+    rows at a time."""
     from ..runtime.worker import split_stats
     last = LayerRows(scratch, len(model.layers))
     total = torch.zeros(9, dtype=torch.float64)
     for k in chunks:
-        logits = torch.from_numpy(np.array(last.rows(k)))
-        y = torch.from_numpy(np.asarray(g.array(k, "y.npy"), dtype=np.int64))
-        split = torch.from_numpy(np.asarray(g.array(k, "split.npy")))
-        total += split_stats(logits, y, tuple(split == c for c in (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST)))
-        last.release()
-        g.release()
+        n = int(g.store.manifest["chunks"][k]["nodes"])
+        for a in range(0, n, block_rows):
+            b = min(n, a + block_rows)
+            logits = torch.from_numpy(np.array(last.rows(k)[a:b]))
+            y = torch.from_numpy(np.asarray(g.array(k, "y.npy")[a:b], dtype=np.int64))
+            split = torch.from_numpy(np.asarray(g.array(k, "split.npy")[a:b]))
+            total += split_stats(logits, y, tuple(split == c for c in (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST)))
+            last.release()
+            g.release()
     return {name: total[3 * i:3 * i + 3].tolist() for i, name in enumerate(("train", "val", "test"))}
 
 
@@ -100,7 +104,8 @@ def run_worker(job: PredictJob, rank: int) -> None:
         status.add("bytes_written", written)
         marker.write_text("")
     if job.evaluate:
-        status.state["split_sums"] = split_sums(model, g, scratch, base_chunks(rank, job.workers, K))
+        status.state["split_sums"] = split_sums(model, g, scratch, base_chunks(rank, job.workers, K),
+                                                job.block_rows)
     status.update(phase="done", bytes_read=g.bytes_read, force=True)
     if rank == 0:
         wait_until(lambda: all(read_status(scratch, r).get("phase") == "done" for r in range(job.workers)),
