@@ -20,14 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "trainer"))
-from scale import tree_rss  # noqa: E402
+from scale import run_with_peak  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 RUNS = RESULTS / "inference-runs.json"
@@ -59,24 +58,10 @@ def make_model(cfg_dict: dict, path: Path) -> None:
 def grappa(args: list[str], timeout: float) -> tuple[float, int, str]:
     """Run `python -m grappa ...`; (wall seconds, sampled peak RSS of the process tree, stdout)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'trainer'}:{ROOT / 'operator'}", "GRAPPA_LOG_LEVEL": "WARNING"}
-    peak = [0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "grappa", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-    def sample() -> None:
-        while proc.poll() is None:
-            peak[0] = max(peak[0], tree_rss(proc.pid))
-            time.sleep(0.5)
-    threading.Thread(target=sample, daemon=True).start()
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise RuntimeError(f"timed out after {timeout:.0f} s")
-    if proc.returncode != 0:
-        raise RuntimeError(f"grappa {args[0]} failed ({proc.returncode}):\n{err[-2500:]}")
-    return time.perf_counter() - t0, peak[0], out
+    wall, peak, out, err, code = run_with_peak([sys.executable, "-m", "grappa", *args], env, timeout)
+    if code != 0:
+        raise RuntimeError(f"grappa {args[0]} failed ({code}):\n{err[-2500:]}")
+    return wall, peak, out
 
 
 def measure(scale: int, partitions: int, work: Path, timeout: float) -> dict:
