@@ -113,6 +113,9 @@ def test_evaluate_equals_the_training_reports_exact_test_accuracy(tmp_path, caps
         "checkpoint": {"interval": 1}, "runDir": str(tmp_path / "run"), "storeDir": str(tmp_path / "store")})
     prepare_store(cfg, progress=False)
     report = LocalJob(cfg, progress=False).run()
+    # the aggregator routes no rows: one element per worker per hidden layer, then the stats (it
+    # assembled a num_nodes x width tensor per layer before, ~77 kB per evaluation here)
+    assert all(h["eval_bytes"] < 1024 for h in report["history"]), [h["eval_bytes"] for h in report["history"]]
     meta = load_model(tmp_path / "run" / "model.pt").meta
     assert meta["model"]["arch"] == "sage" and meta["widths"] == [16, 16, 5] and meta["strategy"] == "grappa"
     assert not list((tmp_path / "run" / "eval-layers").glob("**/.*.tmp"))
