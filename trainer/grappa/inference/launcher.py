@@ -17,7 +17,7 @@ from typing import Optional
 from ..runtime.launcher import LaunchError, die_with, tail
 from .job import PredictJob
 from .status import read_status, status_file
-from .worker import MANIFEST
+from .worker import LAUNCHED, MANIFEST
 
 
 def prepare_scratch(job: PredictJob) -> bool:
@@ -40,6 +40,7 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
               threads: Optional[int] = None) -> Path:
     """Run the job to completion; returns the published manifest's path."""
     resumed = prepare_scratch(job)
+    (job.scratch / LAUNCHED).write_text(repr(time.time()))  # this attempt's start, for the wall time
     if resumed and progress:
         print(f"grappa: resuming the unfinished run in {job.scratch}", file=sys.stderr)
     logs = job.scratch / "logs"

@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from ..chunks.store import ChunkStore
-from ..local_graph import _sorted_unique
 from ..models import GNN
 from ..models.block import Block
 from .rowfiles import release
@@ -92,10 +91,15 @@ def block_inputs(g: StoreGraph, source: RowSource, width: int, k: int, a: int, b
     src = np.asarray(g.array(k, "indices.npy")[ptr[0]:ptr[-1]], dtype=np.int64)
     dst = np.asarray(g.array(k, "nodes.npy")[a:b], dtype=np.int64)
     nb = b - a
-    at = np.minimum(np.searchsorted(dst, src), nb - 1)
-    own = dst[at] == src  # an in-neighbour that is one of the block's own rows
-    others = _sorted_unique(src[~own])
-    local = np.where(own, at, nb + np.searchsorted(others, src))
+    # one sort of the sources (torch's is threaded): their distinct ids, and each edge's index
+    uniq_t, inverse = torch.unique(torch.from_numpy(src), sorted=True, return_inverse=True)
+    uniq = uniq_t.numpy()
+    at = np.minimum(np.searchsorted(dst, uniq), max(nb - 1, 0))
+    own = dst[at] == uniq  # an in-neighbour that is one of the block's own rows
+    others = uniq[~own]
+    local_u = np.where(own, at, 0)
+    local_u[~own] = nb + np.arange(others.size)
+    local = local_u[inverse.numpy()]
     h = np.empty((nb + others.size, width), dtype=np.float32)
     deg = np.empty(nb + others.size, dtype=np.int64)
     h[:nb] = source.rows(k)[a:b]
