@@ -1,7 +1,8 @@
 """`grappa predict` and `grappa evaluate`: arguments, the checks before anything runs, the summary.
 
 Which graph: `--store DIR` (a prepared chunk store), or a dataset given the usual way
-(`--dataset`, `--config`, `--set dataset.*`; prepared into `--store-dir`, default OUT/store), or
+(`--dataset`, `--config`, `--set dataset.*`; prepared into `--store-dir`, default OUT-store beside
+the output folder), or
 by default the store the model was trained on. Torch is imported only once a command runs.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def resolve_store(args: argparse.Namespace, cfg, meta: dict, out: Path):
     if _dataset_given(args):
         from ..prepare import prepare_store
         if not cfg.store_dir:
-            cfg = cfg.model_copy(update={"store_dir": str(out / "store")})
+            cfg = cfg.model_copy(update={"store_dir": str(out.parent / f"{out.name}-store")})
         prepare_store(cfg, progress=not args.quiet)
         return ChunkStore(cfg.store_path)
     store = meta.get("store") or {}

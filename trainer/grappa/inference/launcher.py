@@ -55,7 +55,7 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=die_with(os.getpid())))
     try:
-        _watch(job, procs, logs, num_nodes * layers, progress)
+        _watch(job, procs, logs, num_nodes, layers, progress)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -67,12 +67,12 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
     return manifest
 
 
-def _watch(job: PredictJob, procs, logs: Path, total: int, progress: bool) -> None:
+def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, progress: bool) -> None:
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=total, desc="predict", unit="rows", unit_scale=True, dynamic_ncols=True)
-    done_before = 0
+        bar = tqdm(total=num_nodes * layers, desc="predict", unit="rows", unit_scale=True, dynamic_ncols=True)
+    done_before, started = 0, time.monotonic()
     try:
         while True:
             codes = [p.poll() for p in procs]
@@ -88,6 +88,8 @@ def _watch(job: PredictJob, procs, logs: Path, total: int, progress: bool) -> No
                 n = sum(_rows_done(s) for s in states)
                 bar.update(max(0, n - done_before))
                 done_before = max(done_before, n)
+                # rows count once per layer: nodes/s is the rate of whole nodes through all layers
+                bar.set_postfix(nodes_per_s=f"{n / layers / max(time.monotonic() - started, 1e-9):,.0f}")
             if all(c == 0 for c in codes):
                 return
             time.sleep(0.2)

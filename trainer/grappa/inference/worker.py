@@ -40,9 +40,15 @@ LAUNCHED = "launched_at"  # written by the launcher: wall time includes the work
 EVALUATION = "evaluation.json"
 
 
-def wait_until(ready, what: str) -> None:
+def wait_until(ready, what: str, say_every: float = 60.0) -> None:
+    """Poll the shared volume until `ready()`; say what it waits for now and then (a worker that
+    died elsewhere shows as a wait that never ends: the launcher, or the operator, stops it)."""
+    said = time.monotonic()
     while not ready():
         time.sleep(POLL_S)
+        if time.monotonic() - said > say_every:
+            log.info("waiting for %s", what)
+            said = time.monotonic()
 
 
 def compute_layers(job: PredictJob, model, g: StoreGraph, rank: int, status: Status) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -336,6 +337,8 @@ class Aggregator:
     def finish(self) -> dict:
         if self.best["state"] is not None:
             save_model(self.run_dir / "model.pt", self.describe(), self.best["state"])
+        # exact evaluation's row files (the workers have stopped): (L - 1) x n x hidden floats
+        shutil.rmtree(self.run_dir / "eval-layers", ignore_errors=True)
         result = {"test_acc": self.best["test"], "best_val": self.best["val"],
                   "best_epoch": self.best["epoch"]}
         self.progress.test_acc = self.best["test"]
