@@ -74,6 +74,10 @@ def test_an_old_model_file_is_refused_with_the_fix(store_cfg, tmp_path, capsys):
     code = main(["predict", "--model", str(old), "--out", str(tmp_path / "out"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "bare state dict" in err and "python -m grappa.model_file convert" in err, err
+    old_ck = tmp_path / "epoch-000001.pt"  # an older checkpoint: parameters, no description
+    torch.save({"epoch": 1, "model": torch.load(old, weights_only=False), "optimizer": {}}, old_ck)
+    assert main(["predict", "--model", str(old_ck), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "checkpoint from an older Grappa" in capsys.readouterr().err
     # the fix works: the run's config + the old file -> a model file predict accepts
     cfg_file = tmp_path / "config.json"
     cfg_file.write_text(json.dumps({"config": json.loads(store_cfg.model_copy(update={

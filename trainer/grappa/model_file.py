@@ -117,6 +117,9 @@ def read_meta(path: str | Path) -> tuple[dict, dict]:
         raise ModelFileError(
             f"model file {path} is a bare state dict from an older Grappa: it does not say which "
             f"model it is (architecture, widths, classes); {_convert_hint(path)}")
+    elif isinstance(obj, dict) and "model" in obj and "optimizer" in obj:
+        raise ModelFileError(f"{path} is a checkpoint from an older Grappa, without a model "
+                             f"description; {_convert_hint(path)}")
     else:
         raise ModelFileError(f"model file {path} is not a Grappa model file (no '{FORMAT}' record); "
                              f"{_convert_hint(path)}")
@@ -162,6 +165,8 @@ def convert(old: Path, config: Path, out: Path) -> Path:
     cfg = validate_config(data.get("config", data) if isinstance(data, dict) else data, str(config))
     manifest = ChunkStore(cfg.store_path).manifest
     state = torch.load(old, map_location="cpu", weights_only=False)
+    if "model" in state and "optimizer" in state:  # an older checkpoint: its parameters
+        state = state["model"]
     model = GNN(cfg.model, manifest["num_features"], manifest["num_classes"])
     model.load_state_dict(state)
     meta = describe(cfg, manifest["num_features"], manifest["num_classes"], model.widths, manifest)
