@@ -110,7 +110,11 @@ def render(runs: dict) -> str:
              "node of R-MAT graphs (64 features, float16 store), one worker process per chunk. PSS counts "
              "the memory-mapped store and row files once per machine (as scale.md does); anonymous memory "
              "is what a worker allocated itself. The training step beside it is mini-batch SAGE at P = 8 "
-             "from `scale-train-runs.json`.", "",
+             "from `scale-train-runs.json`. A block of rows holds at most `--edges-per-block` in-edges "
+             "(default 524,288): a worker's own memory grows with the graph only until its chunks' blocks "
+             "reach that size, and is flat beyond (`tests/trainer/test_inference.py` checks it on a graph "
+             "16x larger). `wall` includes starting the P worker processes; nodes/s is over the wall time.",
+             "",
              "| graph | P | nodes | wall | nodes/s | max worker PSS | max worker anon | max worker RSS | "
              "read | written | outputs | training step (max PSS) | measured |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
