@@ -164,6 +164,8 @@ def build_crd() -> dict[str, Any]:
                     _column("Val-Acc", ".status.progress.valAcc", "number", "Validation accuracy."),
                     _column("Age", ".metadata.creationTimestamp", "date", "Time since creation."),
                     _column("Strategy", ".spec.strategy", "string", "Training strategy.", priority=1),
+                    _column("Predicts", ".spec.predict.model", "string",
+                            "Predict jobs: the model file applied (empty for a training job).", priority=1),
                     _column("Restarts", ".status.restarts", "integer", "Group restarts.", priority=1),
                     _column("Reason", ".status.reason", "string", "Why the job is in this phase.", priority=1),
                 ],

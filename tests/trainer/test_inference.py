@@ -188,3 +188,34 @@ def test_grappa_single_writes_a_self_describing_model_file(tmp_path):
     assert loaded.meta["strategy"] == "single" and loaded.meta["store"] is None
     assert (loaded.meta["model"]["arch"], loaded.num_features, loaded.num_classes) == ("gat", 12, 5)
     assert loaded.widths == [8, 5]
+
+
+def test_predict_job_pods_coordinator_and_workers(store_cfg, tmp_path):
+    """What a GrappaJob with spec.predict runs: the aggregator pod coordinates and the worker
+    pods (started first here, as Kubernetes may) compute; outputs under <runDir>/predictions."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    path = model_file(store_cfg, tmp_path / "model.pt", "gat", layers=2)
+    run_dir = tmp_path / "run"
+    cfg = store_cfg.model_copy(update={"partitions": 2, "run_dir": str(run_dir)})
+    env = {**os.environ, "PYTHONPATH": f"{repo / 'trainer'}:{repo / 'operator'}", "GRAPPA_CONFIG": cfg.model_dump_json(),
+           "GRAPPA_PREDICT": json.dumps({"model": str(path), "scores": False, "embeddings": 1,
+                                         "embeddingDtype": "float32", "evaluate": True, "out": "predictions"})}
+    env.pop("GRAPPA_JOB_NAME", None)
+    cmd = [sys.executable, "-m", "grappa.inference.pod"]
+    workers = [subprocess.Popen(cmd + ["worker"], env={**env, "RANK": str(r)}) for r in (1, 2)]
+    coordinator = subprocess.run(cmd + ["aggregator"], env={**env, "RANK": "0"}, timeout=300)
+    assert coordinator.returncode == 0
+    assert [w.wait(timeout=300) for w in workers] == [0, 0]
+    out = run_dir / "predictions"
+    ref = reference_layers(load_model(path).model, store_cfg.store_path)
+    np.testing.assert_array_equal(np.load(out / "predictions.npy"), ref[-1].argmax(1).numpy())
+    np.testing.assert_allclose(np.load(out / "embeddings.npy"), ref[0].numpy(), rtol=1e-4, atol=1e-5)
+    assert json.loads((out / "evaluation.json").read_text())["test"]["nodes"] > 0
+    # a bad model file fails the coordinator with the configuration exit code (the job Fails)
+    torch.save({"w": torch.zeros(1)}, tmp_path / "old.pt")
+    bad = {**env, "GRAPPA_PREDICT": json.dumps({"model": str(tmp_path / "old.pt"), "out": "p2"}), "RANK": "0"}
+    res = subprocess.run(cmd + ["aggregator"], env=bad, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "bare state dict" in res.stderr, res.stderr

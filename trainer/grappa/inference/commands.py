@@ -12,6 +12,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 EMBED_DTYPES = ("float16", "float32")
 
@@ -81,40 +82,50 @@ def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate:
             f"go up to {int(manifest['num_classes']) - 1}: evaluate on a dataset with the model's classes")
 
 
-def build_job(command: str, args: argparse.Namespace, cfg):
+def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *, predict: bool,
+            evaluate: bool, scores: bool = False, embed: Optional[int] = None,
+            embed_dtype: str = "float16", block_edges: Optional[int] = None):
+    """The job after every check that needs no worker: the model fits the graph, the layer and
+    the worker count exist."""
     from ..config import ConfigError
-    from ..model_file import read_meta, store_fingerprint
+    from ..model_file import store_fingerprint
     from .job import PredictJob
     from .layer_pass import DEFAULT_BLOCK_EDGES
+    man = store.manifest
+    check_fit(model, meta, man, store.path, evaluate)
+    layers = int(meta["model"]["layers"])
+    if embed is not None:
+        embed = embed or max(1, layers - 1)
+        if not 1 <= embed <= layers:
+            raise ConfigError(f"embeddings layer {embed}: the model has layers 1..{layers} (layer {layers} "
+                              "outputs the logits)")
+    workers = workers or min(4, store.num_chunks)
+    if workers > store.num_chunks:
+        raise ConfigError(f"{workers} workers (--partitions) are more than the store's {store.num_chunks} "
+                          f"chunks ({store.path}): use at most {store.num_chunks}")
+    sha = hashlib.sha256(Path(model).read_bytes()).hexdigest()
+    return PredictJob(model=str(Path(model).resolve()), model_sha256=sha, store=str(store.path.resolve()),
+                      store_fingerprint=store_fingerprint(man), out=str(out.resolve()), workers=workers,
+                      predict=predict, scores=scores, embed_layer=embed, embed_dtype=embed_dtype,
+                      evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES)
+
+
+def build_job(command: str, args: argparse.Namespace, cfg):
+    from ..config import ConfigError
+    from ..model_file import read_meta
     meta, _ = read_meta(args.model)
     model_dir = Path(args.model).resolve().parent
     out = Path(args.out or model_dir / ("predictions" if command == "predict" else "evaluation"))
     store = resolve_store(args, cfg, meta, out)
-    man = store.manifest
     predict = command == "predict"
-    check_fit(args.model, meta, man, store.path, command == "evaluate" or args.evaluate)
-    layers = int(meta["model"]["layers"])
-    embed = getattr(args, "embeddings", None)
-    if embed is not None:
-        embed = embed or max(1, layers - 1)
-        if not 1 <= embed <= layers:
-            raise ConfigError(f"--embeddings {embed}: the model has layers 1..{layers} (layer {layers} "
-                              "outputs the logits)")
-    workers = args.partitions or min(4, store.num_chunks)
-    if workers > store.num_chunks:
-        raise ConfigError(f"--partitions {workers} is more than the store's {store.num_chunks} chunks "
-                          f"({store.path}): use at most {store.num_chunks} workers")
     if predict and (out / "manifest.json").exists():
         raise ConfigError(f"{out} already holds finished predictions ({out / 'manifest.json'}): "
                           "choose another --out or delete it")
-    sha = hashlib.sha256(Path(args.model).read_bytes()).hexdigest()
-    job = PredictJob(model=str(Path(args.model).resolve()), model_sha256=sha, store=str(store.path.resolve()),
-                     store_fingerprint=store_fingerprint(man), out=str(out.resolve()), workers=workers,
-                     predict=predict, scores=bool(getattr(args, "scores", False)), embed_layer=embed,
-                     embed_dtype=getattr(args, "embedding_dtype", "float16"),
-                     evaluate=command == "evaluate" or bool(getattr(args, "evaluate", False)),
-                     block_edges=args.edges_per_block or DEFAULT_BLOCK_EDGES)
-    return job, int(man["num_nodes"]), layers
+    job = new_job(args.model, meta, store, out, args.partitions, predict=predict,
+                  evaluate=not predict or bool(args.evaluate), scores=bool(getattr(args, "scores", False)),
+                  embed=getattr(args, "embeddings", None), embed_dtype=getattr(args, "embedding_dtype", "float16"),
+                  block_edges=args.edges_per_block)
+    return job, int(store.manifest["num_nodes"]), int(meta["model"]["layers"])
 
 
 def run_inference(command: str, cfg, args: argparse.Namespace) -> int:

@@ -20,12 +20,13 @@ from .status import read_status, status_file
 from .worker import LAUNCHED, MANIFEST
 
 
-def prepare_scratch(job: PredictJob) -> bool:
-    """Create or reuse the scratch folder; True when resuming the same job."""
+def prepare_scratch(job: PredictJob, clear_status: bool = True) -> bool:
+    """Create or reuse the scratch folder; True when resuming the same job. A status left by an
+    earlier attempt is dropped unless the workers may be running already (pods)."""
     scratch = job.scratch
     if job.path.exists():
         if job.path.read_text() == job.to_json():
-            for r in range(job.workers):
+            for r in range(job.workers if clear_status else 0):
                 status_file(scratch, r).unlink(missing_ok=True)
             return True
         shutil.rmtree(scratch)  # another job's partial work: nothing of it is reusable
