@@ -250,10 +250,6 @@ class PredictSpec(Section):
     """A predict job: apply a trained model to every node of the spec's dataset (`grappa predict`
     run by the job's pods) instead of training. The outputs go to <runDir>/predictions."""
 
-    model_config = ConfigDict(**Section.model_config, json_schema_extra=cel.validations(cel.rule(
-        "self.model.endsWith('.pt')", "spec.predict.model must name a model file ending in .pt: a "
-        "training job's status.artifacts.model, or one of its checkpoints", ".model")))
-
     model: str = Field(..., min_length=1, max_length=PATH_MAX,
                        description="The model file: an absolute path on the storage volume (a training "
                                    "job's status.artifacts.model) or one relative to storage.mountPath.")
@@ -262,6 +258,13 @@ class PredictSpec(Section):
         None, ge=1, le=16, description="Also write embeddings.npy: the output of this layer (1..L).")
     embedding_dtype: Literal["float16", "float32"] = Field("float16", description="dtype of embeddings.npy.")
     evaluate: bool = Field(True, description="Also score the dataset's splits (status.result.testAcc).")
+
+    @model_validator(mode="after")
+    def _a_model_file(self) -> "PredictSpec":  # the CEL rule's twin
+        if not self.model.endswith(".pt"):
+            raise ValueError(f"spec.predict.model must name a model file ending in .pt (got "
+                             f"{self.model!r}): a training job's status.artifacts.model, or one of its checkpoints")
+        return self
 
 
 class GrappaJobSpec(Section):
@@ -306,7 +309,9 @@ class GrappaJobSpec(Section):
         None, description="Make this a predict job: the pods apply this model file to every node of "
                           "spec.dataset (P workers, exact layer-wise inference; the aggregator pod "
                           "coordinates) instead of training. The model and training sections do not apply.",
-        json_schema_extra=cel.validations(cel.immutable("spec.predict")))
+        json_schema_extra=cel.validations(cel.immutable("spec.predict"), cel.rule(
+            "self.model.endsWith('.pt')", "spec.predict.model must name a model file ending in .pt: a "
+            "training job's status.artifacts.model, or one of its checkpoints", ".model")))
 
     @model_validator(mode="after")
     def _train_config_checks(self) -> "GrappaJobSpec":
