@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "trainer"))
-from scale import run_with_peak  # noqa: E402
+from scale import run_args, run_with_peak  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 RUNS = RESULTS / "inference-runs.json"
@@ -144,11 +144,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scales", default="20,22,24")
     ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--scratch", default=os.environ.get("GRAPPA_BENCH_SCRATCH", tempfile.gettempdir()))
-    ap.add_argument("--render-only", action="store_true")
-    args = ap.parse_args()
-    runs = json.loads(RUNS.read_text()) if RUNS.exists() else {}
+    args, runs = run_args(ap, RUNS)
     if not args.render_only:
         for scale in [int(s) for s in args.scales.split(",")]:
             key = f"rmat-{scale}/p{args.partitions}"

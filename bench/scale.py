@@ -87,6 +87,15 @@ def run_with_peak(cmd: list[str], env: dict, timeout: Optional[float] = None, in
     return wall, peak[0], out, err, proc.returncode
 
 
+def run_args(ap, runs_file: Path) -> tuple:
+    """Adds the arguments every per-scale benchmark shares and parses: (args, the runs so far)."""
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--scratch", default=os.environ.get("GRAPPA_BENCH_SCRATCH", tempfile.gettempdir()))
+    ap.add_argument("--render-only", action="store_true")
+    args = ap.parse_args()
+    return args, json.loads(runs_file.read_text()) if runs_file.exists() else {}
+
+
 def run_prepare(tree: Path, scale: int, feature_dtype: Optional[str], work: Path) -> dict:
     """One `grappa prepare`; returns wall time, the sampled peak, the manifest's own figures."""
     store = work / "store"

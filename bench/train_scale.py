@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from scale import OLD_DESIGN, old_tree, run_with_peak  # noqa: E402
+from scale import OLD_DESIGN, old_tree, run_args, run_with_peak  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 RUNS = RESULTS / "scale-train-runs.json"
@@ -101,11 +101,7 @@ def main() -> None:
     ap.add_argument("--scales", default="10,19,20,22,24")
     ap.add_argument("--archs", default="sage,gcn")
     ap.add_argument("--modes", default="mini-batch")
-    ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--scratch", default=os.environ.get("GRAPPA_BENCH_SCRATCH", tempfile.gettempdir()))
-    ap.add_argument("--render-only", action="store_true")
-    args = ap.parse_args()
-    runs = json.loads(RUNS.read_text()) if RUNS.exists() else {}
+    args, runs = run_args(ap, RUNS)
     if not args.render_only:
         scratch = Path(args.scratch)
         tree = ROOT if args.design == "streaming" else old_tree(scratch)
