@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-peer peer-env clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-inference bench-peer peer-env clean-data
 
 venv: $(VENV)/.ready
 
@@ -86,6 +86,10 @@ bench-scale: venv
 	$(PY) bench/train_scale.py --scales 10,19,20 --archs sage,gcn --modes full-graph
 	$(PY) bench/train_scale.py --scales 10,19,20 --archs gat,gin --modes mini-batch
 	$(PY) bench/layers.py
+
+# docs/results/inference.md: grappa predict at P = 8 on RMAT-20/22/24 (resumes from its JSON file).
+bench-inference: venv
+	$(PY) bench/inference.py --scales 20,22,24 --partitions 8
 
 # DistDGL's own environment (dgl 2.1.0, torch 2.1, numpy < 2), cached by its lock's hash like ours.
 peer-env:

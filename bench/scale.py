@@ -63,6 +63,39 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def run_with_peak(cmd: list[str], env: dict, timeout: Optional[float] = None, interval: float = 0.5
+                  ) -> tuple[float, int, str, str, int]:
+    """Run `cmd`, sampling its process tree's RSS every `interval` s: (wall seconds, peak RSS,
+    stdout, stderr, exit code); a timeout kills it and raises RuntimeError."""
+    peak = [0]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peak[0] = max(peak[0], tree_rss(proc.pid))
+            time.sleep(interval)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise RuntimeError(f"timed out after {timeout:.0f} s")
+    wall = time.perf_counter() - started
+    sampler.join()
+    return wall, peak[0], out, err, proc.returncode
+
+
+def run_args(ap, runs_file: Path) -> tuple:
+    """Adds the arguments every per-scale benchmark shares and parses: (args, the runs so far)."""
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--scratch", default=os.environ.get("GRAPPA_BENCH_SCRATCH", tempfile.gettempdir()))
+    ap.add_argument("--render-only", action="store_true")
+    args = ap.parse_args()
+    return args, json.loads(runs_file.read_text()) if runs_file.exists() else {}
+
+
 def run_prepare(tree: Path, scale: int, feature_dtype: Optional[str], work: Path) -> dict:
     """One `grappa prepare`; returns wall time, the sampled peak, the manifest's own figures."""
     store = work / "store"
@@ -72,24 +105,12 @@ def run_prepare(tree: Path, scale: int, feature_dtype: Optional[str], work: Path
     if feature_dtype:
         args += ["--set", f"dataset.featureDtype={feature_dtype}"]
     env = {**os.environ, "PYTHONPATH": f"{tree / 'trainer'}:{tree / 'operator'}", "GRAPPA_LOG_LEVEL": "WARNING"}
-    peak = [0]
-    started = time.perf_counter()
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def sample() -> None:
-        while proc.poll() is None:
-            peak[0] = max(peak[0], tree_rss(proc.pid))
-            time.sleep(0.1)
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - started
-    sampler.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"prepare failed ({proc.returncode}):\n{err[-3000:]}")
+    wall, peak, _, err, code = run_with_peak(args, env, interval=0.1)
+    if code != 0:
+        raise RuntimeError(f"prepare failed ({code}):\n{err[-3000:]}")
     manifest = json.loads((store / "manifest.json").read_text())
     disk = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
-    return {"wall_seconds": round(wall, 2), "peak_rss_bytes": peak[0], "store_bytes": disk,
+    return {"wall_seconds": round(wall, 2), "peak_rss_bytes": peak, "store_bytes": disk,
             "num_nodes": manifest["num_nodes"], "stored_edges": manifest["num_edges"],
             "manifest_prepare": manifest.get("prepare")}
 

@@ -24,13 +24,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from scale import OLD_DESIGN, old_tree, tree_rss  # noqa: E402
+from scale import OLD_DESIGN, old_tree, run_args, run_with_peak  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 RUNS = RESULTS / "scale-train-runs.json"
@@ -60,25 +59,12 @@ def run(tree: Path, cfg: dict, timeout: float) -> dict:
     path.write_text(json.dumps(cfg))
     env = {**os.environ, "PYTHONPATH": f"{tree / 'trainer'}:{tree / 'operator'}", "GRAPPA_THREADS": "1",
            "OMP_NUM_THREADS": "1", "GRAPPA_LOG_LEVEL": "WARNING"}
-    peak = [0]
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "grappa", "train", "--config", str(path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def sample() -> None:
-        while proc.poll() is None:
-            peak[0] = max(peak[0], tree_rss(proc.pid))
-            time.sleep(0.5)
-    threading.Thread(target=sample, daemon=True).start()
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise RuntimeError(f"timed out after {timeout:.0f} s")
-    if proc.returncode != 0:
-        raise RuntimeError(f"train failed ({proc.returncode}):\n{err[-2500:]}")
+    wall, peak, _, err, code = run_with_peak([sys.executable, "-m", "grappa", "train", "--config", str(path)],
+                                             env, timeout)
+    if code != 0:
+        raise RuntimeError(f"train failed ({code}):\n{err[-2500:]}")
     report = json.loads((Path(cfg["runDir"]) / "report.json").read_text())
-    return {"wall_seconds": round(time.perf_counter() - started, 1), "tree_peak_rss_bytes": peak[0],
+    return {"wall_seconds": round(wall, 1), "tree_peak_rss_bytes": peak,
             "report": report}
 
 
@@ -115,11 +101,7 @@ def main() -> None:
     ap.add_argument("--scales", default="10,19,20,22,24")
     ap.add_argument("--archs", default="sage,gcn")
     ap.add_argument("--modes", default="mini-batch")
-    ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--scratch", default=os.environ.get("GRAPPA_BENCH_SCRATCH", tempfile.gettempdir()))
-    ap.add_argument("--render-only", action="store_true")
-    args = ap.parse_args()
-    runs = json.loads(RUNS.read_text()) if RUNS.exists() else {}
+    args, runs = run_args(ap, RUNS)
     if not args.render_only:
         scratch = Path(args.scratch)
         tree = ROOT if args.design == "streaming" else old_tree(scratch)

@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 
 from grappa.config import (
     OGB_DATASETS,
+    PATH_MAX,
     ArraysConfig,
     CheckpointConfig,
     DatasetConfig,
@@ -285,6 +286,27 @@ GRAPPA_RULES = [
 ]
 
 
+class PredictSpec(Section):
+    """A predict job: apply a trained model to every node of the spec's dataset (`grappa predict`
+    run by the job's pods) instead of training. The outputs go to <runDir>/predictions."""
+
+    model: str = Field(..., min_length=1, max_length=PATH_MAX,
+                       description="The model file: an absolute path on the storage volume (a training "
+                                   "job's status.artifacts.model) or one relative to storage.mountPath.")
+    scores: bool = Field(False, description="Also write scores.npy: class probabilities, float16.")
+    embeddings: Optional[int] = Field(
+        None, ge=1, le=16, description="Also write embeddings.npy: the output of this layer (1..L).")
+    embedding_dtype: Literal["float16", "float32"] = Field("float16", description="dtype of embeddings.npy.")
+    evaluate: bool = Field(True, description="Also score the dataset's splits (status.result.testAcc).")
+
+    @model_validator(mode="after")
+    def _a_model_file(self) -> "PredictSpec":  # the CEL rule's twin
+        if not self.model.endswith(".pt"):
+            raise ValueError(f"spec.predict.model must name a model file ending in .pt (got "
+                             f"{self.model!r}): a training job's status.artifacts.model, or one of its checkpoints")
+        return self
+
+
 class GrappaJobSpec(Section):
     """What a user writes under `spec:`; the training sections are `grappa.config`'s models."""
 
@@ -323,6 +345,13 @@ class GrappaJobSpec(Section):
                                                 description="Gang scheduling (off by default).")
     aggregator: PodSettings = Field(default_factory=PodSettings, description="Aggregator pod (rank 0).")
     worker: PodSettings = Field(default_factory=PodSettings, description="Worker pods (ranks 1..P).")
+    predict: Optional[PredictSpec] = Field(
+        None, description="Make this a predict job: the pods apply this model file to every node of "
+                          "spec.dataset (P workers, exact layer-wise inference; the aggregator pod "
+                          "coordinates) instead of training. The model and training sections do not apply.",
+        json_schema_extra=cel.validations(cel.immutable("spec.predict"), cel.rule(
+            "self.model.endsWith('.pt')", "spec.predict.model must name a model file ending in .pt: a "
+            "training job's status.artifacts.model, or one of its checkpoints", ".model")))
 
     @model_validator(mode="after")
     def _train_config_checks(self) -> "GrappaJobSpec":
@@ -429,11 +458,18 @@ class QueueStatus(Section):
 
 
 class Artifacts(Section):
-    model: Optional[str] = Field(None, description="Best-validation parameters (torch state dict).")
+    model: Optional[str] = Field(None, description="The self-describing model file (best-validation "
+                                                   "parameters and what rebuilds the model).")
     report: Optional[str] = Field(None, description="report.json: history, result, traffic.")
     plot: Optional[str] = Field(None, description="Loss and accuracy per epoch (PNG).")
     checkpoints: Optional[str] = Field(None, description="Directory of the resumable checkpoints.")
     logs: Optional[str] = Field(None, description="Directory of the trainers' logs.")
+    # a predict job's outputs (row v of every .npy is node v of the dataset)
+    predictions: Optional[str] = Field(None, description="Predict jobs: predictions.npy, int32 class per node.")
+    scores: Optional[str] = Field(None, description="Predict jobs: scores.npy, float16 class probabilities.")
+    embeddings: Optional[str] = Field(None, description="Predict jobs: embeddings.npy, the chosen layer's output.")
+    manifest: Optional[str] = Field(None, description="Predict jobs: manifest.json, what each file holds.")
+    evaluation: Optional[str] = Field(None, description="Predict jobs: evaluation.json, accuracy per split.")
 
 
 MAX_DISRUPTIONS = 20  # status.disruptionHistory keeps the newest

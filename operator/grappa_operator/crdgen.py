@@ -172,6 +172,8 @@ def build_crd() -> dict[str, Any]:
                     _column("Round", ".status.progress.round", "integer", "Repartition round applied.", priority=1),
                     _column("Loss", ".status.progress.loss", "number", "Training loss of the last epoch.", priority=1),
                     _column("Strategy", ".spec.strategy", "string", "Training strategy.", priority=1),
+                    _column("Predicts", ".spec.predict.model", "string",
+                            "Predict jobs: the model file applied (empty for a training job).", priority=1),
                     _column("Restarts", ".status.restarts", "integer", "Group restarts.", priority=1),
                     _column("Reason", ".status.reason", "string", "Why the job is in this phase.", priority=1),
                 ],

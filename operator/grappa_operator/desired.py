@@ -5,6 +5,7 @@ wanted. Names are deterministic so that a repeated create is a harmless 409.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from dataclasses import dataclass
@@ -104,11 +105,32 @@ def run_dir(job: JobRef, spec: GrappaJobSpec) -> str:
     return posixpath.join(spec.storage.mount_path, job.namespace, job.name, job.uid[:8] or "run")
 
 
-def artifacts(run_dir_: str) -> dict[str, str]:
-    """Where the trainer writes what a user comes back for (docs/architecture.md, run directory)."""
+PREDICTIONS = "predictions"  # a predict job's outputs, under its run directory
+
+
+def artifacts(run_dir_: str, spec: Optional[GrappaJobSpec] = None) -> dict[str, str]:
+    """Where the trainer writes what a user comes back for (docs/architecture.md, run directory);
+    a predict job's outputs instead when `spec.predict` is set (README, "Using the trained model")."""
+    if spec is not None and spec.predict is not None:
+        out = posixpath.join(run_dir_, PREDICTIONS)
+        files = [("predictions", "predictions.npy"), ("manifest", "manifest.json")]
+        files += [("scores", "scores.npy")] if spec.predict.scores else []
+        files += [("embeddings", "embeddings.npy")] if spec.predict.embeddings else []
+        files += [("evaluation", "evaluation.json")] if spec.predict.evaluate else []
+        return {name: posixpath.join(out, rel) for name, rel in files}
     return {name: posixpath.join(run_dir_, rel) for name, rel in (
         ("model", "model.pt"), ("report", "report.json"), ("plot", "training.png"),
         ("checkpoints", "checkpoints"), ("logs", "logs"))}
+
+
+def predict_env(spec: GrappaJobSpec) -> dict[str, Any]:
+    """What a predict job's pods run (grappa.inference.pod reads it): the model file resolved on
+    the volume, the outputs asked for."""
+    p = spec.predict
+    assert p is not None
+    model = p.model if p.model.startswith("/") else posixpath.join(spec.storage.mount_path, p.model)
+    return {"model": model, "scores": p.scores, "embeddings": p.embeddings,
+            "embeddingDtype": p.embedding_dtype, "evaluate": p.evaluate, "out": PREDICTIONS}
 
 
 def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
@@ -165,6 +187,8 @@ def _env(job: JobRef, spec: GrappaJobSpec, cfg: TrainConfig, role: str, rank: Op
         {"name": "HOME", "value": "/tmp"},  # read-only root filesystem: caches go to the emptyDir
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
+    if spec.predict is not None:
+        env.append({"name": "GRAPPA_PREDICT", "value": json.dumps(predict_env(spec), sort_keys=True)})
     if rank is not None:
         env += [
             {"name": "MASTER_ADDR", "value": master_addr(job)},
@@ -232,7 +256,9 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
             "name": s.CONTAINER_NAME,
             "image": settings_.image or s.trainer_image(),
             "imagePullPolicy": settings_.image_pull_policy,
-            "command": ["python", "-m", "grappa", role],
+            # a predict job's ranks run the inference pass (grappa.inference.pod), the rest `grappa ROLE`
+            "command": (["python", "-m", "grappa.inference.pod", role]
+                        if spec.predict is not None and role != s.ROLE_PREPARE else ["python", "-m", "grappa", role]),
             "env": _env(job, spec, cfg, role, rank, settings_),
             "ports": ports,
             "resources": _resources(settings_),

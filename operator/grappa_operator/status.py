@@ -293,7 +293,7 @@ def step(job: JobRef, spec: Union[GrappaJobSpec, SpecError], status: Optional[di
         st["observedGeneration"] = generation
     if isinstance(spec, GrappaJobSpec) and not st.get("runDir"):
         st["runDir"] = run_dir(job, spec)
-        st["artifacts"] = artifacts(st["runDir"])
+        st["artifacts"] = artifacts(st["runDir"], spec)
     _step(plan, job, spec, pods, now, workload)
     if workload is not None:
         _sync_workload(plan, workload, pods)
@@ -402,9 +402,10 @@ def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: 
     live = {(p.role, p.rank): p for p in group if not p.deleting}
     agg = live.get((s.ROLE_AGGREGATOR, 0))
     if agg is not None and agg.phase == "Succeeded":
-        _enter(plan, "Succeeded", "Succeeded", "training finished", now)
+        done = "prediction finished" if spec.predict is not None else "training finished"
+        _enter(plan, "Succeeded", "Succeeded", done, now)
         st["completionTime"] = iso(now)
-        plan.event("Normal", "Succeeded", "training finished" + _result_suffix(st))
+        plan.event("Normal", "Succeeded", done + _result_suffix(st))
         _cleanup(plan, policy, pods)
         return
     # Once the aggregator reported the last epoch, a worker dying on shutdown is not worth a restart.

@@ -103,6 +103,8 @@ CASES = [
      "spec.worker.env[0].name", {"worker": {"env": [{"name": "MY_RANK", "value": "1"}]}}),
     ("aggregator.env", "are set by the operator", {"aggregator": {"env": [{"name": "MASTER_ADDR", "value": "x"}]}},
      "spec.aggregator.env[0].name", {"aggregator": {"env": [{"name": "ADDR", "value": "x"}]}}),
+    ("predict", "must name a model file ending in .pt", {"predict": {"model": "/srv/run/model.bin"}},
+     "spec.predict.model", {"predict": {"model": "/srv/run/model.pt"}}),
     ("storage", "exactly one of claimName or hostPath", {"storage": {"hostPath": "/a", "claimName": "c"}},
      "spec.storage", {"storage": {"claimName": "c"}}),
 ]
@@ -119,7 +121,7 @@ def test_rule_and_its_twin(where, words, bad, field, fix):
 def test_every_rule_is_tested():
     tested = {(w, words) for w, words, *_ in CASES}
     untested = []
-    for where in ("", "dataset", "varco", "worker.env", "aggregator.env", "storage"):
+    for where in ("", "dataset", "varco", "worker.env", "aggregator.env", "storage", "predict"):
         for m in messages(node(where)):
             if "cannot change once the job exists" not in m and not any(
                     w == where and words in m for w, words in tested):
@@ -139,7 +141,7 @@ def test_job_name_rule_and_twin(name, ok):
     assert (twin_error(BASE, name) is None) == ok
 
 
-IMMUTABLE = ["strategy", "partitions", "dataset", "model", "storage"]
+IMMUTABLE = ["strategy", "partitions", "dataset", "model", "storage", "predict"]
 
 
 @pytest.mark.parametrize("field", IMMUTABLE)

@@ -279,3 +279,27 @@ def test_artifacts_live_in_the_run_directory():
     assert desired.artifacts(rd) == {"model": rd + "/model.pt", "report": rd + "/report.json",
                                      "plot": rd + "/training.png", "checkpoints": rd + "/checkpoints",
                                      "logs": rd + "/logs"}
+
+
+def test_a_predict_job_runs_the_inference_pods_and_lists_its_outputs(job):
+    """spec.predict: the same group (the prepare pod prepares spec.dataset), each rank running
+    grappa.inference.pod with the model resolved on the volume; its artifacts are the outputs."""
+    spec = make_spec(partitions=3, predict={"model": "runs/train/model.pt", "embeddings": 2, "scores": True})
+    pods = desired.group_pods(job, spec, 0)
+    for rank, p in enumerate(pods):
+        cmd = p["spec"]["containers"][0]["command"]
+        assert cmd == ["python", "-m", "grappa.inference.pod", "aggregator" if rank == 0 else "worker"]
+        env = env_of(p)
+        assert json.loads(env["GRAPPA_PREDICT"]) == {
+            "model": "/grappa/runs/train/model.pt", "scores": True, "embeddings": 2,
+            "embeddingDtype": "float16", "evaluate": True, "out": "predictions"}
+        assert env["RANK"] == str(rank)
+    assert desired.prepare_pod(job, spec, 0)["spec"]["containers"][0]["command"] == \
+        ["python", "-m", "grappa", "prepare"]
+    rd = desired.run_dir(job, spec)
+    assert desired.artifacts(rd, spec) == {
+        "predictions": rd + "/predictions/predictions.npy", "manifest": rd + "/predictions/manifest.json",
+        "scores": rd + "/predictions/scores.npy", "embeddings": rd + "/predictions/embeddings.npy",
+        "evaluation": rd + "/predictions/evaluation.json"}
+    # a training job's pods are unchanged
+    assert "GRAPPA_PREDICT" not in env_of(desired.group_pods(job, make_spec(), 0)[0])

@@ -1,4 +1,4 @@
-"""Command line: `grappa prepare | train | single | aggregator | worker`.
+"""Command line: `grappa prepare | train | single | predict | evaluate | aggregator | worker`.
 
 Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
 Exit codes: 0 ok, 1 failure, 2 invalid configuration (also a run directory holding another
@@ -18,6 +18,7 @@ from typing import Optional
 import yaml
 
 from .config import ConfigError, TrainConfig, load_config
+from .inference.commands import INFERENCE_COMMANDS, run_inference
 from .outdirs import ensure_writable
 from .runtime.stop import EXIT_STOPPED, Stopped
 
@@ -202,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub.choices[name].add_argument(
             "--reprepare", action="store_true",
             help="prepare the chunk store again when the dataset's files changed since it was made")
+    for name, (help_text, add_arguments) in INFERENCE_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_config_flags(p)  # the graph to run on: --dataset, --config, --set dataset.*
+        add_arguments(p)
     return parser
 
 
@@ -211,6 +216,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         cfg = config_from_args(args)
         if args.command not in ("aggregator", "worker"):
             setup_logging()
+        if args.command in INFERENCE_COMMANDS:
+            return run_inference(args.command, cfg, args)
         if args.command == "train":
             claim_run_dir(cfg, fresh=args.start_over)
         elif args.command in ("single", "aggregator"):

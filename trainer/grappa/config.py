@@ -153,8 +153,9 @@ class TrainingConfig(Section):
     seed: int = Field(0, ge=0, description="Seed of model initialisation, dropout and sampling.")
     eval_every: int = Field(1, ge=1, description="Evaluate every k epochs (and after the last).")
     eval_mode: Optional[Literal["exact", "sampled"]] = Field(
-        None, description="exact: every in-neighbour, layer by layer, boundary rows exchanged through "
-                          "the aggregator (memory grows with the graph); sampled: each worker scores "
+        None, description="exact: every in-neighbour, layer by layer, a bounded block of rows at a "
+                          "time, boundary rows read from the other workers' row files on the shared "
+                          "volume; sampled: each worker scores "
                           "its own nodes on neighbourhoods sampled from the whole store with the "
                           "training fanouts. Default: exact in full-graph mode, sampled in mini-batch.")
     eval_fraction: float = Field(

@@ -16,6 +16,7 @@ from torch_geometric.data import Data
 
 from .runtime.replica import make_optimizer
 from .config import TrainConfig, dump_config
+from .model_file import describe, save_model
 from .models import GNN, full_block
 from .models.block import Block
 from .params import flat_grads
@@ -57,6 +58,7 @@ def train_single(cfg: TrainConfig, data: Data,
     blocks = full_blocks(data, model)
     x = model.prepare_input(data.x)
     best = {"val": -1.0, "test": None, "epoch": None}
+    best_state = None
     history = []
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +75,7 @@ def train_single(cfg: TrainConfig, data: Data,
             rec.update(evaluate_full(model, data, blocks, x))
             if rec["val_acc"] > best["val"]:
                 best = {"val": rec["val_acc"], "test": rec["test_acc"], "epoch": epoch + 1}
+                best_state = {k: v.clone() for k, v in model.state_dict().items()}
         rec["epoch_seconds"] = time.perf_counter() - t0
         rec["best_val"], rec["best_test"] = best["val"], best["test"]
         history.append(rec)
@@ -80,6 +83,9 @@ def train_single(cfg: TrainConfig, data: Data,
             f.write(json.dumps(rec) + "\n")
         if on_epoch:
             on_epoch(rec)
+    if best_state is not None:
+        meta = describe(cfg, data.num_features, int(data.num_classes), model.widths)
+        save_model(run_dir / "model.pt", meta, best_state)
     result = {"test_acc": best["test"], "best_val": best["val"], "best_epoch": best["epoch"],
               "mode": "single-process", "config": json.loads(dump_config(cfg))}
     return result, history

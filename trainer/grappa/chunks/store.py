@@ -102,6 +102,11 @@ class ChunkStore:
             self._maps[rel] = self._verified(rel, self.manifest["chunks"][k]["files"][name])
         return self._maps[rel]
 
+    def chunk_file(self, k: int, name: str) -> np.ndarray:
+        """Chunk k's file `name` (e.g. "x.npy") as a verified, read-only memory map: what a pass
+        over a few of a chunk's arrays opens without verifying the others."""
+        return self._array(k, name)
+
     def chunk_maps(self, k: int) -> dict[str, np.ndarray]:
         """Chunk k's arrays as verified read-only memory maps, keyed by name without .npy: what a
         worker builds its local graph from without copying whole files."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -21,6 +22,7 @@ from . import protocol as proto
 from .checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
 from ..chunks.store import ChunkStore
 from ..config import TrainConfig, dump_config
+from ..model_file import describe as describe_model, save_model
 from ..models import GNN
 from ..memory import PeakMemory
 from ..params import flat_state, num_buffer_values, num_params
@@ -79,12 +81,8 @@ class Aggregator:
         self.link.send_many([(ctrl, r) for r in self.workers], "control")
 
     def receive_layouts(self) -> None:
-        self.base_ids, self.halo_ids = {}, {}
-        if self.cfg.sampled_eval:
-            return  # each worker scores its own nodes: no rows to route
-        for r in self.workers:
-            self.base_ids[r] = self.link.recv_var(r, "control")
-            self.halo_ids[r] = self.link.recv_var(r, "control")
+        """Nothing to receive: exact evaluation routes no rows through the aggregator (the
+        workers read each other's rows from the shared volume, inference/exact_eval.py)."""
 
     def setup_round(self, decision: RoundDecision, epoch: int) -> dict:
         self.command(proto.control(proto.CMD_ROUND, epoch, decision.round, decision.pairing_seed))
@@ -152,19 +150,12 @@ class Aggregator:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Exact layer-wise inference: workers send their base rows, get their halo rows back.
-        Sampled evaluation: the workers' stats only."""
-        if self.cfg.sampled_eval:
-            return self.receive_eval_stats()
-        num_nodes = self.manifest["num_nodes"]
-        widths = self.model.widths
-        for layer in range(len(widths) - 1):
-            rows = self.link.recv_many(
-                [(torch.empty(self.base_ids[r].numel(), widths[layer]), r) for r in self.workers], "eval")
-            full = torch.zeros(num_nodes, widths[layer])
-            for r, h in zip(self.workers, rows):
-                full[self.base_ids[r]] = h
-            self.link.send_many([(full[self.halo_ids[r]], r) for r in self.workers], "eval")
+        """Exact layer-wise inference: after each hidden layer, a barrier (every worker has
+        written its rows; one element each way). Sampled evaluation: the workers' stats only."""
+        if not self.cfg.sampled_eval:
+            for _ in range(len(self.model.widths) - 1):
+                self.link.recv_many([(torch.empty(1), r) for r in self.workers], "eval")
+                self.link.send_many([(torch.zeros(1), r) for r in self.workers], "eval")
         return self.receive_eval_stats()
 
     def receive_eval_stats(self) -> dict:
@@ -183,8 +174,14 @@ class Aggregator:
         return {
             "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "best": self.best, "decision": decision.__dict__, "history": self.history,
-            "config": dump_config(self.cfg),
+            "config": dump_config(self.cfg), "describe": self.describe(),
         }
+
+    def describe(self) -> dict:
+        """What rebuilds the model without the run's config (model_file.py)."""
+        man = self.manifest
+        return describe_model(self.cfg, man["num_features"], man["num_classes"],
+                              getattr(self.model, "widths", []), man)
 
     def resume(self) -> tuple[int, RoundDecision]:
         fresh = RoundDecision(0, round_seed(self.cfg.grappa.partition_seed, 0), 0)
@@ -326,7 +323,9 @@ class Aggregator:
 
     def finish(self) -> dict:
         if self.best["state"] is not None:
-            torch.save(self.best["state"], self.run_dir / "model.pt")
+            save_model(self.run_dir / "model.pt", self.describe(), self.best["state"])
+        # exact evaluation's row files (the workers have stopped): (L - 1) x n x hidden floats
+        shutil.rmtree(self.run_dir / "eval-layers", ignore_errors=True)
         result = {"test_acc": self.best["test"], "best_val": self.best["val"],
                   "best_epoch": self.best["epoch"]}
         self.progress.test_acc = self.best["test"]

@@ -3,12 +3,14 @@
 Per step it joins one all-reduce with its contribution (gradient sum, weight sum, a few scalars)
 and applies the summed update to its own replica (exchange.py); with strategy grappa nothing
 else crosses the network during training. Evaluation is exact: layer by layer over its base
-chunks with all in-edges, exchanging boundary rows through the aggregator.
+chunks with all in-edges, boundary rows read from the other workers' row files
+(inference/exact_eval.py).
 """
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -17,12 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import protocol as proto
-from ..blocks import owned_block
 from ..chunks.store import ChunkStore
 from ..config import TrainConfig
 from ..fullcomm import LinkPeers
 from ..idhash import hash64, hash_key
-from ..local_graph import build_local_graph
 from ..memory import PeakMemory
 from ..models import GNN
 from ..params import load_flat_state, num_buffer_values, num_params
@@ -59,17 +59,15 @@ class Worker:
 
     # -- set-up ------------------------------------------------------------------------------
     def send_eval_layout(self) -> None:
-        """Exact evaluation: tell the aggregator which rows this worker owns and which it needs.
-        Sampled evaluation needs no layout: pick the nodes this worker scores."""
+        """Exact evaluation: set up the layer-wise pass over this worker's base chunks (nothing
+        to send: rows go through files on the shared volume). Sampled evaluation: pick the nodes
+        this worker scores."""
         if self.cfg.sampled_eval:
             self.eval_nodes = sampled_eval_nodes(self.store, self.shard.base, self.cfg)
             self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
             return
-        self.eval_graph = g = build_local_graph(self.store, self.shard.base, None)
-        self.eval_block = owned_block(g.indptr, g.indices, g.deg, g.num_base)
-        self.eval_x = self.model.prepare_input(g.features.gather(torch.arange(g.num_nodes)))
-        self.link.send_var(g.global_ids[:g.num_base], 0, "control")
-        self.link.send_var(g.global_ids[g.num_owned:], 0, "control")
+        from ..inference.exact_eval import LayerwiseEvaluation
+        self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base, Path(self.cfg.run_dir) / "eval-layers")
 
     def receive_params(self) -> None:
         buf = torch.empty(self.n_params + self.n_buf, dtype=torch.float32)
@@ -115,18 +113,14 @@ class Worker:
     def evaluate(self) -> None:
         if self.cfg.sampled_eval:
             return self.evaluate_sampled()
-        g, model = self.eval_graph, self.model
+        model, ev = self.model, self.exact_eval
         model.eval()
-        h = self.eval_x
-        for layer in range(len(model.layers)):
-            out = model.layer(layer, h, self.eval_block)  # the base rows
-            if layer < len(model.layers) - 1:
-                own = out.contiguous()
-                self.link.send(own, 0, "eval")
-                halo = torch.empty(g.num_halo, own.shape[1])
-                self.link.recv(halo, 0, "eval")
-                h = torch.cat([own, halo])
-        self.link.send(split_stats(out, g.y, (g.train_mask, g.val_mask, g.test_mask)), 0, "eval")
+        for layer in range(len(model.layers) - 1):
+            ev.write_layer(model, layer)
+            # barrier: every worker's rows of this layer are in place before any reads its halo
+            self.link.send(torch.zeros(1), 0, "eval")
+            self.link.recv(torch.empty(1), 0, "eval")
+        self.link.send(ev.last_layer_stats(model), 0, "eval")
 
     @torch.no_grad()
     def evaluate_sampled(self) -> None:

@@ -1,0 +1,49 @@
+"""What a predict/evaluate run is asked to do, as the JSON every worker process reads.
+
+The job file lives in the run's scratch folder (`<out>/.grappa-work/job.json`); a rerun of the
+same job finds it and resumes, a different job (another model, store or output choice) starts
+over (launcher.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from .layer_pass import DEFAULT_BLOCK_EDGES
+
+SCRATCH = ".grappa-work"
+EMBED_DTYPES = ("float16", "float32")
+
+
+@dataclass(frozen=True)
+class PredictJob:
+    model: str                     # model file (model_file.py)
+    model_sha256: str
+    store: str                     # chunk store folder
+    store_fingerprint: str
+    out: str                       # where the outputs appear when complete
+    workers: int                   # P
+    predict: bool = True           # write predictions.npy (and what follows)
+    scores: bool = False           # scores.npy: softmax class probabilities, float16
+    embed_layer: Optional[int] = None  # embeddings.npy: the output of this layer (1..L)
+    embed_dtype: str = "float16"
+    evaluate: bool = False         # score the store's splits (evaluation.json)
+    block_edges: int = DEFAULT_BLOCK_EDGES
+    block_rows: int = 1 << 16      # output rows assembled at a time
+
+    @property
+    def scratch(self) -> Path:
+        return Path(self.out) / SCRATCH
+
+    @property
+    def path(self) -> Path:
+        return self.scratch / "job.json"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @staticmethod
+    def load(path: str | Path) -> "PredictJob":
+        return PredictJob(**json.loads(Path(path).read_text()))

@@ -1,0 +1,107 @@
+"""A predict job's pods (GrappaJob `spec.predict`): `python -m grappa.inference.pod ROLE`.
+
+The operator runs the same group as for training: the aggregator pod (rank 0) coordinates, worker
+pod r runs inference rank r - 1, and the prepare pod has prepared the spec's dataset before. The
+coordinator checks the model against the graph, writes the job file into the scratch folder on
+the volume (keeping the previous attempt's work when the job is the same: a restarted group
+resumes), waits until the outputs are published, and reports the split accuracies as the job's
+result. Workers compute the same job and start once the coordinator's job file matches it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ..config import ConfigError, load_config
+from ..runtime.stop import EXIT_STOPPED
+from .job import PredictJob
+from .worker import LAUNCHED, MANIFEST, run_worker, wait_until
+
+log = logging.getLogger("grappa.predict")
+EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3  # as `grappa` (cli.py): the operator fails the job for these
+
+
+def job_from_env() -> PredictJob:
+    from ..chunks.store import ChunkStore
+    from ..model_file import read_meta
+    from .commands import new_job
+    cfg = load_config()  # $GRAPPA_CONFIG: the dataset's store, the run directory, P
+    spec = json.loads(os.environ["GRAPPA_PREDICT"])
+    meta, _ = read_meta(spec["model"])
+    store = ChunkStore(cfg.store_path)
+    return new_job(spec["model"], meta, store, Path(cfg.run_dir) / spec["out"], cfg.partitions, predict=True,
+                   evaluate=bool(spec.get("evaluate")), scores=bool(spec.get("scores")),
+                   embed=spec.get("embeddings"), embed_dtype=spec.get("embeddingDtype", "float16"))
+
+
+def coordinate(job: PredictJob) -> dict:
+    from .launcher import prepare_scratch
+    out = Path(job.out)
+    manifest = out / MANIFEST
+    if not manifest.exists():  # else: published by an earlier attempt
+        out.mkdir(parents=True, exist_ok=True)
+        prepare_scratch(job, clear_status=False)  # workers may be running already: keep theirs
+        (job.scratch / LAUNCHED).write_text(repr(time.time()))
+        log.info("predict job written to %s; waiting for %d workers", job.path, job.workers)
+        wait_until(manifest.exists, "the workers to publish the outputs", say_every=300)
+    m = json.loads(manifest.read_text())
+    log.info("published %s: %d nodes in %.1f s", out, m["num_nodes"], m["seconds"])
+    if os.environ.get("GRAPPA_JOB_NAME"):
+        report_result(m)
+    return m
+
+
+def report_result(m: dict) -> None:
+    from ..kube import JobStatus
+    from ..rounds import Progress
+    ev = m.get("evaluation") or {}
+    acc = {split: (ev.get(split) or {}).get("acc") for split in ("train", "val", "test")}
+    JobStatus.from_env().report(Progress(train_acc=acc["train"], val_acc=acc["val"], test_acc=acc["test"],
+                                         best_val=acc["val"]), final=True)
+
+
+def work(job: PredictJob, rank: int) -> None:
+    """Start once the coordinator has written this very job (not an earlier attempt's)."""
+    expected = job.to_json()
+
+    def written() -> bool:
+        try:
+            return job.path.read_text() == expected
+        except OSError:
+            return False
+    if not (Path(job.out) / MANIFEST).exists():
+        wait_until(written, f"the coordinator's job file {job.path}")
+        run_worker(job, rank)
+
+
+def main(argv: list[str]) -> int:
+    role = argv[0]
+    logging.basicConfig(level=os.environ.get("GRAPPA_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s predict-{role} %(levelname)s %(message)s")
+    # PID 1 of a container needs a handler to die on SIGTERM; nothing to save (files by rename)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(EXIT_STOPPED))
+    try:
+        job = job_from_env()
+        if role == "aggregator":
+            coordinate(job)
+        else:
+            work(job, int(os.environ["RANK"]) - 1)
+    except ConfigError as err:  # the model does not fit the graph, an old model file, ...
+        print(f"grappa: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Exception as err:
+        from ..errors import CANNOT_RUN
+        if not isinstance(err, CANNOT_RUN):
+            raise
+        print(f"grappa: error: {err}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
