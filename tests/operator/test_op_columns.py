@@ -30,7 +30,7 @@ def test_default_columns_show_progress_accuracy_and_eta():
 
 def test_wide_columns_keep_the_rest():
     wide = [c["name"] for c in _version()["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["Epochs", "Round", "Loss", "Strategy", "Restarts", "Reason"]
+    assert wide == ["Epochs", "Round", "Loss", "Strategy", "Predicts", "Restarts", "Reason"]
 
 
 def test_every_column_reads_a_schema_field_of_its_type():
