@@ -76,21 +76,25 @@ class PodObs:
 
         # A pod is judged by its grappa container, as a Job judges its main container: a sidecar
         # the user added never decides (or hangs) the outcome.
-        exit_code, message, waiting, phase, lingering = None, "", "", status.get("phase") or "Pending", False
+        exit_code, message, waiting, phase, done = None, "", "", status.get("phase") or "Pending", False
+        others_run = False  # another container (a plain sidecar) still runs or waits to
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
             if state.get("waiting"):
                 w = state["waiting"]
                 waiting = f"container {cs.get('name')}: {w.get('reason', '')} {w.get('message', '')}".strip()
             if cs.get("name") != s.CONTAINER_NAME:
+                others_run = others_run or not state.get("terminated")
                 continue
             term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
             if term:
                 exit_code = _int(term.get("exitCode"))
                 message = error_line((term.get("message") or term.get("reason") or "").strip())
             if state.get("terminated"):
-                lingering = phase in ("Pending", "Running")
-                phase = "Succeeded" if exit_code == 0 else "Failed"
+                done, phase = True, "Succeeded" if exit_code == 0 else "Failed"
+        # The kubelet reports the pod's terminal phase a moment after its containers stopped: only
+        # a container still running makes the pod linger (and be deleted when done).
+        lingering = done and others_run and status.get("phase") in ("Pending", "Running")
         pending = waiting
         if not pending:
             for cond in status.get("conditions") or []:

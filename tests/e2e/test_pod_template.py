@@ -99,8 +99,10 @@ def test_plain_sidecar_never_holds_the_job(cluster: Cluster, release: h.Release,
     run = h.run_job(cluster, namespace, job, release, timeout=h.scaled(300))
     st = run.job["status"]
     assert st["phase"] == "Succeeded" and st["prepared"] and st["restarts"] == 0, st
-    reasons = [e["reason"] for e in h.events(cluster, namespace, "GrappaJob", name)]
-    assert {"Prepared", "Running", "Succeeded"} <= set(reasons), reasons
+    # the Events are posted right after the status write that run_job saw
+    cluster.wait_for(lambda: {"Prepared", "Running", "Succeeded"} <= {
+        e["reason"] for e in h.events(cluster, namespace, "GrappaJob", name)}, h.scaled(30),
+        "the Prepared, Running and Succeeded Events")
 
     # cleanPodPolicy Running: no pod of the job is left running a sidecar
     def none_running() -> bool:

@@ -136,7 +136,7 @@ def test_good_template_quantities_are_accepted_and_the_podspec_kept_whole(cluste
     writes there (commands, env, claims, probes) is stored as written, and integers are quantities."""
     sidecar = {"name": "shipper", "image": "busybox", "restartPolicy": "Always", "command": ["sleep", "inf"],
                "env": [{"name": "A", "value": "b"}],
-               "resources": {"requests": {"cpu": 1, "memory": "64Mi"}, "limits": {"memory": "1.5e2Mi"}, "claims": []}}
+               "resources": {"requests": {"cpu": 1, "memory": "64Mi"}, "limits": {"memory": "1.5e8"}, "claims": []}}
     template = {"spec": {"initContainers": [sidecar], "overhead": {"cpu": "250m"},
                          "containers": [{"name": "grappa", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}
     obj = _set(_job("templated"), "spec.worker.template", template)

@@ -45,6 +45,19 @@ def test_a_pod_is_judged_by_its_grappa_container():
     assert (p.phase, p.exit_code, p.lingering) == ("Running", None, False)
 
 
+def test_a_pod_between_its_containers_stopping_and_its_terminal_phase_is_kept():
+    """The kubelet reports Succeeded a moment after the last container stopped: with no other
+    container running, that pod is done but not lingering, so cleanup keeps it (and its log)."""
+    raw = raw_pod("job-aggregator", s.ROLE_AGGREGATOR, 0, done(0))
+    raw["status"]["containerStatuses"] = raw["status"]["containerStatuses"][:1]  # no sidecar
+    agg = PodObs.from_pod(raw)
+    assert (agg.phase, agg.lingering) == ("Succeeded", False)
+    workers = [PodObs.from_pod(raw_pod(f"job-worker-{r}", s.ROLE_WORKER, r, RUNNING)) for r in (1, 2)]
+    plan = step(JOB, make_spec(), running_status(), [agg, *workers], later(60))
+    assert plan.status["phase"] == "Succeeded"
+    assert sorted(plan.delete_pods) == ["job-worker-1", "job-worker-2"]  # the aggregator stays
+
+
 def test_prepare_pod_kept_running_by_a_sidecar_moves_on_and_is_deleted():
     spec = make_spec()
     st = step(JOB, spec, None, [], T0).status
