@@ -39,6 +39,7 @@ from .transport import Link
 # reads it in the background every few seconds and at each epoch's report, never per step.
 PSS_SAMPLE_S = 5.0
 
+
 class Worker:
     def __init__(self, cfg: TrainConfig, link: Link, store: Optional[ChunkStore] = None):
         self.cfg = cfg
