@@ -1,4 +1,4 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures, and the hooks of the parallel lanes (lanes.py)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+import lanes
 
 SHARED_DATASETS = Path(
     os.environ.get("GRAPPA_SHARED_DATASETS")
@@ -30,3 +32,23 @@ def data_root(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("GRAPPA_DATA_ROOT", None)
     else:
         os.environ["GRAPPA_DATA_ROOT"] = old
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    lanes.start(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if lanes.in_lane():
+        lanes.group(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    with lanes.turn(item):
+        return (yield)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    lanes.finish(session.config)

@@ -19,8 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import Cluster, find_tool, tool_env  # noqa: E402
-from cluster.binaries import stamped_versions  # noqa: E402
+from cluster import Cluster  # noqa: E402
 
 NO_CLUSTER = ("the e2e tests need a cluster: run `make test` (builds the offline kind bed, "
               "hack/kind/README.md), or hack/kind-e2e.sh on a machine with kind, or point KUBECONFIG at a "
@@ -43,7 +42,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not _use_existing() and any(item.get_closest_marker("e2e") for item in items):
         raise pytest.UsageError(NO_CLUSTER)
     # e2e tests last (stable otherwise): on the bed the cluster comes up while the others run.
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    # Exclusive ones after them: in lanes they wait for every other e2e test (tests/lanes.py).
+    items.sort(key=lambda item: (item.get_closest_marker("e2e") is not None,
+                                 item.get_closest_marker("exclusive") is not None))
 
 
 def _wait_for_bed(ready: Path, timeout: float = 1200) -> None:
@@ -68,13 +69,7 @@ def _wait_for_bed(ready: Path, timeout: float = 1200) -> None:
 def cluster() -> Iterator[Cluster]:
     if os.environ.get("GRAPPA_E2E_CLUSTER_READY"):
         _wait_for_bed(Path(os.environ["GRAPPA_E2E_CLUSTER_READY"]))
-    kubeconfig = Path(os.environ["KUBECONFIG"])
-    bin_env = os.environ.get("GRAPPA_CONTROLPLANE_BIN")
-    bin_dir = Path(bin_env) if bin_env else None
-    # On the bed the node is built from the same pinned release as the control plane's kubectl.
-    expected = stamped_versions(bin_dir).get("kubernetes") if bin_dir and os.environ.get("GRAPPA_E2E_KIND_CLUSTER") else None
-    yield Cluster(kubeconfig, find_tool("kubectl", bin_dir), find_tool("helm", bin_dir),
-                  expected_version=expected, env=tool_env(kubeconfig, bin_dir))
+    yield Cluster.from_environment()
 
 
 @pytest.fixture

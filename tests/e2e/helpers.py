@@ -24,12 +24,13 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+import lanes
 from cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,7 +206,8 @@ def shared(key: str, request: Any, make: Callable[[], Any], teardown: Callable[[
 
 
 def operator_release(cluster: Cluster, request: Any) -> Release:
-    """The chart installed cluster-wide (the default values) in its own namespace."""
+    """The chart installed cluster-wide (the default values) in its own namespace: once per
+    session, or once for all parallel lanes (tests/lanes.py), whose controller removes it."""
     def make() -> Release:
         ns = f"grappa-e2e-{uuid.uuid4().hex[:6]}"
         crd_existed = cluster.kubectl("get", "crd", RESOURCE, check=False).returncode == 0
@@ -213,12 +215,22 @@ def operator_release(cluster: Cluster, request: Any) -> Release:
         rel.values["_crd_existed"] = crd_existed
         return rel
 
-    def teardown(rel: Release) -> None:
-        helm_uninstall(cluster, rel)
-        if not rel.values.get("_crd_existed"):
-            # helm never deletes CRDs; leave a user's cluster as we found it.
-            cluster.kubectl("delete", "crd", RESOURCE, "--wait=false", check=False)
-    return shared("operator-release", request, make, teardown)
+    if lanes.in_lane():
+        return Release(**lanes.once("operator-release", lambda: asdict(make()),
+                                    teardown="helpers:remove_operator_release"))
+    return shared("operator-release", request, make, lambda rel: _remove_release(cluster, rel))
+
+
+def _remove_release(cluster: Cluster, rel: Release) -> None:
+    helm_uninstall(cluster, rel)
+    if not rel.values.get("_crd_existed"):
+        # helm never deletes CRDs; leave a user's cluster as we found it.
+        cluster.kubectl("delete", "crd", RESOURCE, "--wait=false", check=False)
+
+
+def remove_operator_release(made: dict[str, Any]) -> None:
+    """The lanes' controller, after every lane is done (tests/lanes.py)."""
+    _remove_release(Cluster.from_environment(), Release(**made))
 
 
 # ---- GrappaJobs --------------------------------------------------------------------------------
@@ -239,8 +251,9 @@ def job_manifest(name: str, *, epochs: int = 10, rounds_every: int = 3, **spec_o
     spec["storage"] = {"claimName": "grappa-data"}
     spec["runPolicy"] = {"backoffLimit": 2}
     pod: dict[str, Any] = {
-        # 100m -> GRAPPA_THREADS=1: one torch thread per pod.
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        # 50m -> GRAPPA_THREADS=1: one torch thread per pod. Small, so that the jobs of three
+        # parallel lanes fit the bed's 2-CPU node beside the ~900m its system pods request.
+        "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}},
         "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
     }
     if TRAINER_IMAGE:

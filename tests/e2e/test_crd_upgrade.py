@@ -55,6 +55,7 @@ def _apply_strict(cluster: Cluster, namespace: str, obj: dict) -> "subprocess.Co
                            check=False)
 
 
+@pytest.mark.exclusive  # every job is served the old schema meanwhile
 def test_job_survives_a_server_side_crd_upgrade(cluster: Cluster, release: h.Release, namespace: str) -> None:
     name = f"upg-{uuid.uuid4().hex[:6]}"
     # Kept Pending (its prepare pod uses the aggregator's unschedulable nodeSelector): no training.

@@ -204,9 +204,10 @@ def _scale_operator(cluster: Cluster, release: h.Release, replicas: int) -> None
     cluster.kubectl("scale", "deployment", release.fullname, "-n", release.namespace, f"--replicas={replicas}")
 
 
+@pytest.mark.exclusive  # every job's operator is down until the follower takes over
 def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
     """Two replicas with leader election; the leader is killed (no grace) while the job trains:
-    the follower takes the Lease and sees the job through, no pod duplicated, no round skipped."""
+    another replica takes the Lease and sees the job through, no pod duplicated, no round skipped."""
     name = f"oprs-{uuid.uuid4().hex[:5]}"
     # Workers train on while no operator leads (the Lease outlives a killed leader by up to its
     # 15 s duration), so the job must last long enough for the new leader to decide rounds.

@@ -20,7 +20,8 @@ import yaml
 import helpers as h
 from cluster import Cluster
 
-pytestmark = pytest.mark.e2e
+# One lane (tests/lanes.py): the tests share Kueue's queue and its quota.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kueue")]
 
 KUEUE_NS = "kueue-system"
 KUEUE_DEPLOY = "kueue-controller-manager"
@@ -100,8 +101,11 @@ def _delete_queues(cluster: Cluster, ns: str, flavor: str) -> None:
 
 
 def _queued_job(name: str, queue: str) -> dict[str, Any]:
-    # 3 pods x 100m: one job fits the 500m ClusterQueue, two do not.
+    # 3 pods x 100m (stated here, not the helper's default): one job fits the 500m ClusterQueue,
+    # two do not.
     job = h.job_manifest(name, epochs=2, rounds_every=2, partitions=2)
+    for role in ("aggregator", "worker"):
+        job["spec"][role]["resources"]["requests"]["cpu"] = "100m"
     job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
     return job
 

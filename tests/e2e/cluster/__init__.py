@@ -26,6 +26,20 @@ class Cluster:
     expected_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def from_environment(cls) -> "Cluster":
+        """The cluster $KUBECONFIG names, with the control plane's tools where the bed built them
+        ($GRAPPA_CONTROLPLANE_BIN); on the bed the node runs that same pinned release."""
+        from .binaries import stamped_versions  # noqa: PLC0415 (a sibling module importing this one)
+
+        kubeconfig = Path(os.environ["KUBECONFIG"])
+        bin_env = os.environ.get("GRAPPA_CONTROLPLANE_BIN")
+        bin_dir = Path(bin_env) if bin_env else None
+        on_bed = bin_dir is not None and bool(os.environ.get("GRAPPA_E2E_KIND_CLUSTER"))
+        expected = stamped_versions(bin_dir).get("kubernetes") if on_bed and bin_dir else None
+        return cls(kubeconfig, find_tool("kubectl", bin_dir), find_tool("helm", bin_dir),
+                   expected_version=expected, env=tool_env(kubeconfig, bin_dir))
+
     def kubectl(self, *args: str, check: bool = True, input: str | None = None,
                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([self.kubectl_bin, *args], env=self.env, input=input, text=True,
