@@ -21,8 +21,9 @@ LABEL = {"grappa": "Grappa", "grappa-star": "Grappa, previous star exchange", "d
 TARGETS = {("coauthor-physics", 8, "1gbit"): 2.5, ("rmat", 8, "1gbit"): 2.0}
 SCALARS = 5  # float32 scalars in a step message (runtime/exchange.py)
 SHORT = {"coauthor-physics": "Physics", "rmat": "RMAT-17", "rmat-20": "RMAT-20"}
-PROJECT_TO = (8, 16, 64)
+PROJECT_TO = (8, 16, 32, 64)
 PROJECT_RATES = ("1gbit", "10gbit")
+SYSTEM_COLOUR = {"grappa": "tab:blue", "grappa-star": "tab:orange", "distdgl": "tab:green"}
 LATENCY = 1e-4  # seconds per round trip, for the latency column of the projections
 MB = 1e6
 
@@ -47,6 +48,16 @@ def med(values) -> Optional[float]:
 
 def fmt(v, spec=".2f", none="–") -> str:
     return none if v is None else format(v, spec)
+
+
+def times(v) -> str:
+    """A ratio as `2.40x`; a missing one (no run to compare with) as a bare dash."""
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def in_g(v) -> str:
+    """Bytes in units of G (one step message), or a bare dash."""
+    return "–" if v is None else f"{v:.2f} G"
 
 
 def steady_epochs(rec: dict) -> list[dict]:
@@ -221,7 +232,8 @@ def plot(rows: list[dict], proj: list[dict], acc_runs: dict, out: Path) -> list[
                 ax.bar([x + (i - (len(SYSTEMS) - 1) / 2) * width for x in range(len(labels))], vals, width,
                        label=LABEL[system])
             ax.set_xticks(range(len(labels)))
-            ax.set_xticklabels([f"{SHORT.get(d, d)}\nP={p} {pr}" for d, p, pr in labels], fontsize=7)
+            ax.set_xticklabels([f"{SHORT.get(d, d)}\nP={p}\n{pr.replace('bit', '')}" for d, p, pr in labels],
+                               fontsize=7)
             ax.set_yscale("log")
             ax.set_title(title, fontsize=10)
             ax.legend(fontsize=8)
@@ -233,9 +245,9 @@ def plot(rows: list[dict], proj: list[dict], acc_runs: dict, out: Path) -> list[
             for preset, style in zip(PROJECT_RATES, ("-", "--")):
                 pts = [r for r in proj if (r["dataset"], r["layers"], r["preset"]) == (ds, layers, preset)]
                 for system in GRAPPAS + ("distdgl",):
-                    if pts and system in pts[0]:
+                    if pts and system in pts[0]:  # a system keeps its colour in every panel
                         ax.plot([r["p"] for r in pts], [r[system] for r in pts], style, marker="o",
-                                label=f"{LABEL[system]} {preset}")
+                                color=SYSTEM_COLOUR[system], label=f"{LABEL[system]} {preset}")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("machines (P)")
@@ -324,8 +336,8 @@ def render(runs: dict, out: Path, notes: str = "") -> Path:
             f"≥ {r['target']:.1f}x: " + ("met" if r["ratio"] and r["ratio"] >= r["target"] else "missed"))
         md.append(f"| {r['dataset']} | {r['p']} | {r['preset']} | {r['layers']} | {fmt(g.get('epoch'))} | "
                   f"{fmt(star.get('epoch'))} | {fmt(r['distdgl']['epoch'])} | {fmt(f['epoch']) if f else '–'} | "
-                  f"**{fmt(r['ratio'])}x** | {fmt(r['star_ratio'])}x | "
-                  f"{fmt(g.get('link_per_g'), '.2f')} G, {fmt(star.get('link_per_g'), '.2f')} G | "
+                  f"**{times(r['ratio'])}** | {times(r['star_ratio'])} | "
+                  f"{in_g(g.get('link_per_g'))}, {in_g(star.get('link_per_g'))} | "
                   f"{g.get('jobs', 0)}/{star.get('jobs', 0)}/{r['distdgl']['jobs']} | {target} |")
     md += ["", "## Every cell (measured)", "",
            "Bytes: the busiest machine's link, sent + received, per epoch, by the kernel's counters "
@@ -377,9 +389,9 @@ def render(runs: dict, out: Path, notes: str = "") -> Path:
         for r in proj:
             md.append(f"| {r['dataset']} | {r['layers']} | {r['from_p']} | {r['p']} | {r['preset']} | "
                       f"{fmt(r.get('grappa'), '.3f')} | {fmt(r.get('grappa-star'), '.3f')} | "
-                      f"{fmt(r['distdgl'], '.3f')} | {fmt(r.get('grappa_ratio'))}x | "
-                      f"{fmt(r.get('grappa-star_ratio'))}x | {fmt(r.get('grappa_lat'), '.3f')} | "
-                      f"{fmt(r['distdgl_lat'], '.3f')} | {fmt(r.get('grappa_ratio_lat'))}x |")
+                      f"{fmt(r['distdgl'], '.3f')} | {times(r.get('grappa_ratio'))} | "
+                      f"{times(r.get('grappa-star_ratio'))} | {fmt(r.get('grappa_lat'), '.3f')} | "
+                      f"{fmt(r['distdgl_lat'], '.3f')} | {times(r.get('grappa_ratio_lat'))} |")
     md += profile_section(out / "profile-step.json")
     failed = errors(runs)
     if failed:
