@@ -210,8 +210,10 @@ def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, na
     another replica takes the Lease and sees the job through, no pod duplicated, no round skipped."""
     name = f"oprs-{uuid.uuid4().hex[:5]}"
     # Workers train on while no operator leads (the Lease outlives a killed leader by up to its
-    # 15 s duration), so the job must last long enough for the new leader to decide rounds.
-    manifest = h.job_manifest(name, epochs=18, rounds_every=3)
+    # 15 s duration, then the new leader starts kopf), so the job must outlast that by a few
+    # rounds. Alone on the node (this test is exclusive) epochs are short: with 18 epochs a run
+    # once ended with no round decided after the takeover.
+    manifest = h.job_manifest(name, epochs=40, rounds_every=3)
     _scale_operator(cluster, release, 2)
     restarted: dict[str, Any] = {}
     try:
@@ -260,7 +262,7 @@ def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, na
     # Rounds neither skipped nor repeated, across the change of leader.
     history = _rounds(run.job)["history"]
     numbers = [r["round"] for r in history]
-    assert numbers == list(range(len(numbers))) and len(numbers) >= 3, history
+    assert numbers == list(range(len(numbers))) and len(numbers) >= 3, (history, diag)
     # An Event is posted after the status write, so a decision whose Event was lost with the
     # killed leader may lack one; none may have two.
     decided = [e for e in h.events(cluster, namespace, "GrappaJob", name) if e["reason"] == "RoundDecided"]
