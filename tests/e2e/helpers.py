@@ -303,6 +303,20 @@ def events(cluster: Cluster, ns: str, kind: str | None = None, name: str | None 
                                         e["metadata"].get("creationTimestamp", "")))
 
 
+def job_warnings(cluster: Cluster, ns: str, name: str, match: Callable[[dict[str, Any]], bool],
+                 what: str) -> list[dict[str, Any]]:
+    """The job's Warning Events, once one that `match`es is listed: the operator posts an Event
+    after the status write it reports, so a test that has seen the status can be early (more so
+    while other lanes keep the operator busy)."""
+    def listed() -> list[dict[str, Any]] | None:
+        warn = [e for e in events(cluster, ns, "GrappaJob", name) if e["type"] == "Warning"]
+        return warn if any(match(e) for e in warn) else None
+    try:
+        return cluster.wait_for(listed, scaled(30), what)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{events_text(cluster, ns)}") from None
+
+
 def events_text(cluster: Cluster, ns: str) -> str:
     out = f"--- events in {ns}:\n"
     try:

@@ -95,5 +95,5 @@ def test_bad_data_fails_with_exactly_the_trainers_error_line(cluster: Cluster, r
     pod = cluster.kubectl_json("get", "pod", f"{name}-prepare", "-n", namespace)
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (term["exitCode"], term["message"]) == (3, line), term
-    warnings = [e["message"] for e in h.events(cluster, namespace, "GrappaJob", name) if e["type"] == "Warning"]
-    assert f"pod {name}-prepare exited with code 3: {line}" in warnings, warnings
+    h.job_warnings(cluster, namespace, name, lambda e: e["message"] == f"pod {name}-prepare exited with code 3: {line}",
+                   "the Warning Event quoting the trainer's error line")

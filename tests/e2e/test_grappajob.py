@@ -179,8 +179,10 @@ def test_worker_killed_resumes_from_checkpoint(cluster: Cluster, release: h.Rele
     restarting = h.conditions(run.job).get("Restarting")
     assert restarting and restarting["status"] == "False", (run.phases, diag)
     assert restarting["lastTransitionTime"] >= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(killed["at"] - 1))
-    warnings = [e for e in h.events(cluster, namespace, "GrappaJob", name)
-                if e["type"] == "Warning" and e["reason"] in ("PodFailed", "PodDeleted")]
+    pod_gone = ("PodFailed", "PodDeleted")
+    warnings = [e for e in h.job_warnings(cluster, namespace, name, lambda e: e["reason"] in pod_gone,
+                                          "the Warning Event naming the killed pod")
+                if e["reason"] in pod_gone]
     assert len(warnings) == 1 and victim in warnings[0]["message"], h.events_text(cluster, namespace)
     attempts = {v["attempt"] for v in watch.seen.values() if v["role"] in ("aggregator", "worker")}
     assert attempts == {"0", "1"}, watch.seen

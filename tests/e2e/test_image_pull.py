@@ -29,7 +29,8 @@ def test_unpullable_image_fails_the_job_within_a_minute(cluster: Cluster, releas
     for text in (f"pod {name}-prepare", MISSING, "set spec.aggregator.image"):
         assert text in st["message"], (text, st["message"])
     assert h.conditions(job)["Failed"]["status"] == "True"
-    warn = [e for e in h.events(cluster, namespace, "GrappaJob", name) if e["type"] == "Warning"]
+    warn = h.job_warnings(cluster, namespace, name, lambda e: e["reason"] == "ImagePullFailed",
+                          "the ImagePullFailed Warning Event")
     assert [e["reason"] for e in warn] == ["ImagePullFailed"], h.events_text(cluster, namespace)
     # cleanPodPolicy Running (the default) deletes the Pending pod
     cluster.wait_for(lambda: not [p for p in h.job_pods(cluster, namespace, name)

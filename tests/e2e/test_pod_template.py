@@ -76,8 +76,8 @@ def test_template_touching_an_owned_field_fails_naming_it(cluster: Cluster, rele
     st = failed["status"]
     assert st["reason"] == "InvalidSpec" and "spec.worker.template.spec.restartPolicy" in st["message"], st
     assert not h.job_pods(cluster, namespace, "owned")
-    warnings = [e for e in h.events(cluster, namespace, "GrappaJob", "owned") if e["type"] == "Warning"]
-    assert any("spec.worker.template.spec.restartPolicy" in e["message"] for e in warnings), warnings
+    h.job_warnings(cluster, namespace, "owned", lambda e: "spec.worker.template.spec.restartPolicy" in e["message"],
+                   "a Warning Event naming spec.worker.template.spec.restartPolicy")
 
 
 def _plain_sidecar() -> dict[str, Any]:

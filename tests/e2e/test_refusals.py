@@ -34,8 +34,7 @@ def _assert_failed_at_once(cluster: Cluster, release: h.Release, ns: str, name: 
     for text in texts:
         assert text in st["message"], (text, st)
     assert not h.job_pods(cluster, ns, name), h.diagnostics(cluster, ns, name, release)
-    warn = [e for e in h.events(cluster, ns, "GrappaJob", name) if e["type"] == "Warning"]
-    assert any(e["reason"] == reason for e in warn), h.events_text(cluster, ns)
+    h.job_warnings(cluster, ns, name, lambda e: e["reason"] == reason, f"the {reason} Warning Event")
 
 
 @pytest.mark.parametrize("aggregator,reason,texts", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
