@@ -116,9 +116,11 @@ def test_killed_launcher_takes_its_processes_along(tmp_path):
 def test_killed_worker_stops_the_job_and_names_the_rank(tmp_path):
     launcher, pids = endless_launch(tmp_path)
     os.kill(pids["2"], signal.SIGKILL)
-    killed_at = time.monotonic()
-    out, _ = launcher.communicate(timeout=60)
-    assert time.monotonic() - killed_at < 60
+    try:  # a hang guard, not a timing claim: the group must end rather than wait on the dead rank
+        out, _ = launcher.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        pytest.fail("the launcher still ran 60 s after worker 1 (rank 2) was killed: the group hangs")
     assert launcher.returncode != 0
     assert "worker 1 (rank 2)" in out
     assert all(gone(pid) for pid in pids.values())  # no orphans
