@@ -108,13 +108,13 @@ def finish(config: pytest.Config) -> None:
     if not _is_controller(config) or DIR_ENV not in os.environ:
         return
     folder = _dir()
+    e2e = str(Path(__file__).resolve().parent / "e2e")  # where the teardowns live
+    if e2e not in sys.path:
+        sys.path.insert(0, e2e)
     try:
         for state in sorted(folder.glob("*.json")):
             made = json.loads(state.read_text())
             module, function = made["teardown"].split(":")
-            e2e = str(Path(__file__).resolve().parent / "e2e")
-            if e2e not in sys.path:
-                sys.path.insert(0, e2e)
             getattr(importlib.import_module(module), function)(made["value"])
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -40,10 +40,9 @@ def test_gpu_request_is_granted_and_warned(cluster: Cluster, release: h.Release,
     manifest["spec"]["aggregator"]["resources"]["limits"] = {GPU: 1}  # the prepare pod's too
     h.apply_file(cluster, namespace, manifest)
 
-    def warned() -> list[dict]:
-        return [e for e in h.events(cluster, namespace, "GrappaJob", name)
-                if e["type"] == "Warning" and e["reason"] == "GPUNotUsed"]
-    (event,) = cluster.wait_for(warned, h.scaled(30), "the GPUNotUsed Warning Event")
+    warnings = h.job_warnings(cluster, namespace, name, lambda e: e["reason"] == "GPUNotUsed",
+                              "the GPUNotUsed Warning Event")
+    (event,) = [e for e in warnings if e["reason"] == "GPUNotUsed"]
     assert f"spec.aggregator.resources.limits[{GPU}]" in event["message"] and "CPU only" in event["message"]
 
     def scheduled() -> dict | None:

@@ -206,7 +206,7 @@ def _scale_operator(cluster: Cluster, release: h.Release, replicas: int) -> None
     cluster.kubectl("scale", "deployment", release.fullname, "-n", release.namespace, f"--replicas={replicas}")
 
 
-@pytest.mark.exclusive  # every job's operator is down until the follower takes over
+@pytest.mark.exclusive  # every job's operator is down until another replica takes over
 def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, namespace: str) -> None:
     """Two replicas with leader election; the leader is killed (no grace) while the job trains:
     another replica takes the Lease and sees the job through, no pod duplicated, no round skipped."""
