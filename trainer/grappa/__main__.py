@@ -4,6 +4,6 @@ import warnings
 # PyG touches torch.jit.script at import time; the deprecation notice is noise for our users.
 warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated", category=FutureWarning)
 
-from .cli import main  # noqa: E402
+from grappa.cli import main  # noqa: E402
 
 sys.exit(main())

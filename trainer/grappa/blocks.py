@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .models.block import Block
+from grappa.models.block import Block
 
 
 def in_edges(indptr: Tensor, indices: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:

@@ -17,10 +17,10 @@ from typing import Optional
 
 import yaml
 
-from .config import ConfigError, TrainConfig, load_config
-from .inference.commands import INFERENCE_COMMANDS, run_inference
-from .outdirs import ensure_writable
-from .runtime.stop import EXIT_STOPPED, Stopped
+from grappa.config import ConfigError, TrainConfig, load_config
+from grappa.inference.commands import INFERENCE_COMMANDS, run_inference
+from grappa.outdirs import ensure_writable
+from grappa.runtime.stop import EXIT_STOPPED, Stopped
 
 EXIT_CRASH, EXIT_CONFIG, EXIT_CANNOT_RUN = 1, 2, 3
 
@@ -101,7 +101,7 @@ def report_error(err: Exception) -> None:
 
 
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
-    from .prepare import prepare_store
+    from grappa.prepare import prepare_store
     manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
     print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
           f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
@@ -115,7 +115,7 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
 
 def claim_run_dir(cfg: TrainConfig, fresh: bool = False) -> None:
     """The run directory is writable, and holds no other run (or, with --start-over, no run)."""
-    from .rerun import check_rerun, start_over
+    from grappa.rerun import check_rerun, start_over
     ensure_writable(cfg.run_dir, "runDir", "--run-dir")
     if fresh:
         removed = start_over(Path(cfg.run_dir))
@@ -126,8 +126,8 @@ def claim_run_dir(cfg: TrainConfig, fresh: bool = False) -> None:
 
 
 def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
-    from .runtime.launcher import LaunchError, LocalJob
-    from .prepare import prepare_store
+    from grappa.runtime.launcher import LaunchError, LocalJob
+    from grappa.prepare import prepare_store
     print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
     prepare_store(cfg, progress=True, reprepare=reprepare)
     method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
@@ -153,10 +153,10 @@ def print_result(result: dict, report: dict, run_dir: str) -> None:
 
 
 def cmd_single(cfg: TrainConfig) -> int:
-    from .data import load_dataset
-    from .progress import progress_bar
-    from .report import write_report
-    from .single import train_single
+    from grappa.data import load_dataset
+    from grappa.progress import progress_bar
+    from grappa.report import write_report
+    from grappa.single import train_single
     data = load_dataset(cfg.dataset)
     with progress_bar(cfg.training.epochs, "epochs", "ep") as bar:
         def tick(rec: dict) -> None:
@@ -171,13 +171,13 @@ def cmd_single(cfg: TrainConfig) -> int:
 
 
 def cmd_aggregator(cfg: TrainConfig) -> int:
-    from .runtime.entry import run_aggregator
+    from grappa.runtime.entry import run_aggregator
     run_aggregator(cfg)
     return 0
 
 
 def cmd_worker(cfg: TrainConfig) -> int:
-    from .runtime.entry import run_worker
+    from grappa.runtime.entry import run_worker
     run_worker(cfg)
     return 0
 
@@ -237,7 +237,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_STOPPED)
     except Exception as err:
-        from .errors import CANNOT_RUN, GROUP_FAILED  # lazy: keeps config errors fast (no torch import)
+        from grappa.errors import CANNOT_RUN, GROUP_FAILED  # lazy: keeps config errors fast (no torch import)
         if isinstance(err, GROUP_FAILED):  # another rank died, froze or diverged: retryable
             report_error(err)
             return EXIT_CRASH

@@ -13,16 +13,16 @@ from typing import Iterable, Optional
 import torch
 import torch.nn.functional as F
 
-from .chunks.store import ChunkStore
-from .config import TrainConfig
-from .blocks import seed_blocks
-from .models import GNN
-from .prepare import prepare_store
-from .reducer import combine
-from .rounds import RoundDecision, round_seed
-from .single import full_graph_gradient
-from .step import contribution
-from .strategies import make_strategy
+from grappa.chunks.store import ChunkStore
+from grappa.config import TrainConfig
+from grappa.blocks import seed_blocks
+from grappa.models import GNN
+from grappa.prepare import prepare_store
+from grappa.reducer import combine
+from grappa.rounds import RoundDecision, round_seed
+from grappa.single import full_graph_gradient
+from grappa.step import contribution
+from grappa.strategies import make_strategy
 
 # (label, correction, lambda)
 DEFAULT_REDUCERS = (("UW", "none", 1.0), ("batch", "batch", 1.0), ("node l=0.25", "node", 0.25),
@@ -39,7 +39,7 @@ class FidelityRow:
 
 def _train_params(model: GNN, data, epochs: int, lr: float) -> None:
     """Move away from initialisation with plain full-graph training (the 'trained' setting)."""
-    from .single import full_blocks
+    from grappa.single import full_blocks
     blocks = full_blocks(data, model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(epochs):

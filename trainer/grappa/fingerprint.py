@@ -15,7 +15,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from .config import DatasetConfig
+from grappa.config import DatasetConfig
 
 FULL_HASH_BYTES = 64 << 20
 SAMPLES, SAMPLE_BYTES = 16, 1 << 20
@@ -29,7 +29,7 @@ def input_files(cfg: DatasetConfig) -> tuple[Path, list[Path]]:
         return path.parent, [path]
     if cfg.name != "arrays":
         return Path("."), []
-    from .sources import dataset_path
+    from grappa.sources import dataset_path
     folder, a = dataset_path(cfg), cfg.arrays
     names = [a.features, a.labels, a.train, a.val, a.test, *a.src, *a.dst]
     files = [folder / n for n in names]

@@ -13,7 +13,7 @@ from typing import Optional, Protocol
 import torch
 from torch import Tensor
 
-from .local_graph import LocalGraph, relabel
+from grappa.local_graph import LocalGraph, relabel
 
 
 class Peers(Protocol):

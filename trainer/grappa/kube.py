@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any, Callable
 
-from .rounds import Progress, RoundDecision
+from grappa.rounds import Progress, RoundDecision
 
 GROUP, VERSION, PLURAL = "grappa.dev", "v1alpha1", "grappajobs"
 log = logging.getLogger("grappa.kube")

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .chunks.store import ChunkStore
-from .feature_rows import FeatureRows
-from .sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.chunks.store import ChunkStore
+from grappa.feature_rows import FeatureRows
+from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 
 _MAP_BLOCK = 1 << 20  # ids mapped per step: bounds the int64 temporaries (~40 MiB)
 

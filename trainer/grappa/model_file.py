@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import ConfigError
+from grappa.config import ConfigError
 
 FORMAT = "grappa-model"
 VERSION = 1
@@ -39,8 +39,8 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
              manifest: Optional[dict] = None) -> dict[str, Any]:
     """Everything but the parameters. `manifest`: the chunk store's (None for `grappa single`,
     which trains on the dataset in memory)."""
-    from . import __version__
-    from .prepare import store_source
+    from grappa import __version__
+    from grappa.prepare import store_source
     m = cfg.model
     return {
         "format": FORMAT, "version": VERSION, "grappa_version": __version__,
@@ -66,7 +66,7 @@ def save_model(path: str | Path, meta: dict, state_dict: dict) -> Path:
 
     import torch
 
-    from .runtime.checkpoint import atomic_write
+    from grappa.runtime.checkpoint import atomic_write
     buf = io.BytesIO()
     torch.save(model_record(meta, state_dict), buf)
     path = Path(path)
@@ -137,8 +137,8 @@ def read_meta(path: str | Path) -> tuple[dict, dict]:
 
 def load_model(path: str | Path) -> LoadedModel:
     """The model of a model file or checkpoint, rebuilt from its description, in eval mode."""
-    from .config import ModelConfig
-    from .models import GNN
+    from grappa.config import ModelConfig
+    from grappa.models import GNN
     meta, state = read_meta(path)
     model = GNN(ModelConfig(**meta["model"]), int(meta["num_features"]), int(meta["num_classes"]))
     try:
@@ -155,9 +155,9 @@ def convert(old: Path, config: Path, out: Path) -> Path:
     The class count and feature width come from the run's chunk store, which must still exist."""
     import torch
 
-    from .chunks.store import ChunkStore
-    from .config import validate_config
-    from .models import GNN
+    from grappa.chunks.store import ChunkStore
+    from grappa.config import validate_config
+    from grappa.models import GNN
     data = json.loads(config.read_text()) if config.suffix == ".json" else None
     if data is None:
         import yaml

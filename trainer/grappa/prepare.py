@@ -8,10 +8,10 @@ import os
 import shutil
 from pathlib import Path
 
-from .chunks import ChunkStoreError, is_prepared, prepare, read_manifest
-from .config import TrainConfig
-from .fingerprint import changes, fingerprint, input_files
-from .outdirs import ensure_writable
+from grappa.chunks import ChunkStoreError, is_prepared, prepare, read_manifest
+from grappa.config import TrainConfig
+from grappa.fingerprint import changes, fingerprint, input_files
+from grappa.outdirs import ensure_writable
 
 REPREPARE_FLAG = "--reprepare"
 
@@ -45,7 +45,7 @@ def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = Fal
 
 def _prepare(cfg: TrainConfig, store: Path, source_id: dict, prints: dict, progress: bool) -> dict:
     ensure_writable(store, "storeDir", "--store-dir")
-    from .data.open import open_dataset
+    from grappa.data.open import open_dataset
     source = open_dataset(cfg.dataset, progress=progress)
     return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
                    feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,

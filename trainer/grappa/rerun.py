@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import ConfigError, TrainConfig, dump_config
+from grappa.config import ConfigError, TrainConfig, dump_config
 
 # Wire names (camelCase, dotted) that never change what a run computes.
 PLACE_ONLY = ("runDir", "storeDir", "metricsPort", "dataset.root", "dataset.download", "prepare",
@@ -58,7 +58,7 @@ def differences(saved: dict, cfg: TrainConfig) -> list[str]:
 def saved_config(run_dir: Path) -> Optional[tuple[Path, dict]]:
     """(file, config) of the newest checkpoint, else of report.json (a finished run that kept no
     checkpoint), or None when the folder holds no run."""
-    from .runtime.checkpoint import latest_checkpoint, load_checkpoint
+    from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
     path = latest_checkpoint(run_dir)
     if path is None:
         report = run_dir / "report.json"

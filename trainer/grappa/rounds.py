@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-from .config import RoundsConfig
+from grappa.config import RoundsConfig
 
 
 @dataclass(frozen=True)

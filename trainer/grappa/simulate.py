@@ -11,18 +11,18 @@ from typing import Callable, Optional
 
 import torch
 
-from .chunks.store import ChunkStore
-from .config import TrainConfig
-from .data import load_dataset
-from .models import GNN
-from .params import flat_state, load_flat_state, num_buffer_values, num_params
-from .rounds import Progress, RoundDecision, ScheduleRounds, round_seed
-from .single import evaluate_full, full_blocks
-from .strategies import make_strategy
-from .runtime.exchange import StepOutcome, apply_sum, message_size, pack
-from .runtime.replica import make_optimizer
-from .runtime.transport import ring_allreduce_bytes
-from .runtime.worker import steps_per_epoch
+from grappa.chunks.store import ChunkStore
+from grappa.config import TrainConfig
+from grappa.data import load_dataset
+from grappa.models import GNN
+from grappa.params import flat_state, load_flat_state, num_buffer_values, num_params
+from grappa.rounds import Progress, RoundDecision, ScheduleRounds, round_seed
+from grappa.single import evaluate_full, full_blocks
+from grappa.strategies import make_strategy
+from grappa.runtime.exchange import StepOutcome, apply_sum, message_size, pack
+from grappa.runtime.replica import make_optimizer
+from grappa.runtime.transport import ring_allreduce_bytes
+from grappa.runtime.worker import steps_per_epoch
 
 
 class Simulation:

@@ -14,12 +14,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .runtime.replica import make_optimizer
-from .config import TrainConfig, dump_config
-from .model_file import describe, save_model
-from .models import GNN, full_block
-from .models.block import Block
-from .params import flat_grads
+from grappa.runtime.replica import make_optimizer
+from grappa.config import TrainConfig, dump_config
+from grappa.model_file import describe, save_model
+from grappa.models import GNN, full_block
+from grappa.models.block import Block
+from grappa.params import flat_grads
 
 
 def full_blocks(data: Data, model: GNN) -> list[Block]:

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .models import GNN
-from .models.block import Block
-from .params import flat_grads
-from .reducer import seed_weights, weighted_loss_sum
+from grappa.models import GNN
+from grappa.models.block import Block
+from grappa.params import flat_grads
+from grappa.reducer import seed_weights, weighted_loss_sum
 
 
 @dataclass

@@ -30,7 +30,13 @@ from grappa.chunks.assign import ChunkAssignment
 from grappa.chunks.errors import ChunkStoreError
 from grappa.chunks.finalise import RangeResult, RangeTask, finalise_range
 from grappa.chunks.manifest import (
-    CHUNK_OF, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest,
+    CHUNK_OF,
+    MANIFEST,
+    chunk_dir,
+    id_dtype,
+    identity,
+    is_prepared,
+    read_manifest,
 )
 from grappa.chunks.npywriter import NpyWriter
 from grappa.chunks.passes import Plan, edge_pass, node_pass

@@ -10,7 +10,7 @@ from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
 from grappa.sources.checks import check_edge_ids, check_label_gaps, check_labels, checked_features
 from grappa.sources.errors import DatasetError
 
-from .graph import clean_edges
+from grappa.data.graph import clean_edges
 
 _BLOCK = 1 << 22
 

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..chunks.store import ChunkStore
-from ..models import GNN
-from ..sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from .layer_pass import DEFAULT_BLOCK_EDGES, StoreGraph, compute_chunk, write_chunk
-from .rowfiles import LayerRows, layer_file
+from grappa.chunks.store import ChunkStore
+from grappa.models import GNN
+from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.inference.layer_pass import DEFAULT_BLOCK_EDGES, StoreGraph, compute_chunk, write_chunk
+from grappa.inference.rowfiles import LayerRows, layer_file
 
 
 class LayerwiseEvaluation:
@@ -42,7 +42,7 @@ class LayerwiseEvaluation:
     def last_layer_stats(self, model: GNN) -> Tensor:
         """The evaluation stats message (protocol.py) over this worker's nodes: the logits are
         scored block by block and never written."""
-        from ..runtime.worker import split_stats
+        from grappa.runtime.worker import split_stats
         layer = len(model.layers) - 1
         source = self._source(layer)
         stats = torch.zeros(9, dtype=torch.float64)

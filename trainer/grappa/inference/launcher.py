@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..runtime.launcher import LaunchError, die_with, tail
-from .job import PredictJob
-from .status import read_status, status_file
-from .worker import LAUNCHED, MANIFEST
+from grappa.runtime.launcher import LaunchError, die_with, tail
+from grappa.inference.job import PredictJob
+from grappa.inference.status import read_status, status_file
+from grappa.inference.worker import LAUNCHED, MANIFEST
 
 
 def prepare_scratch(job: PredictJob, clear_status: bool = True) -> bool:

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..chunks.store import ChunkStore
-from ..models import GNN
-from ..models.block import Block
-from .rowfiles import release
+from grappa.chunks.store import ChunkStore
+from grappa.models import GNN
+from grappa.models.block import Block
+from grappa.inference.rowfiles import release
 
 DEFAULT_BLOCK_EDGES = 1 << 19  # ~ a few tens of MB per block at width 128
 
@@ -138,7 +138,7 @@ def write_chunk(model: GNN, layer: int, g: StoreGraph, source: RowSource, k: int
                 block_edges: int, on_rows: Callable[[int], None] = lambda n: None) -> int:
     """Layer `layer` of chunk k into its row file (rowfiles.py), published when complete;
     returns the bytes written."""
-    from .rowfiles import RowFileWriter
+    from grappa.inference.rowfiles import RowFileWriter
     w = RowFileWriter(path, int(g.store.manifest["chunks"][k]["nodes"]), model.widths[layer])
 
     def sink(a: int, b: int, out: Tensor) -> None:

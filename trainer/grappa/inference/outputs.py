@@ -16,9 +16,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .job import PredictJob
-from .layer_pass import StoreGraph
-from .rowfiles import LayerRows
+from grappa.inference.job import PredictJob
+from grappa.inference.layer_pass import StoreGraph
+from grappa.inference.rowfiles import LayerRows
 
 
 @dataclass(frozen=True)

@@ -17,19 +17,19 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import ConfigError, load_config
-from ..runtime.stop import EXIT_STOPPED
-from .job import PredictJob
-from .worker import LAUNCHED, MANIFEST, run_worker, wait_until
+from grappa.config import ConfigError, load_config
+from grappa.runtime.stop import EXIT_STOPPED
+from grappa.inference.job import PredictJob
+from grappa.inference.worker import LAUNCHED, MANIFEST, run_worker, wait_until
 
 log = logging.getLogger("grappa.predict")
 EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3  # as `grappa` (cli.py): the operator fails the job for these
 
 
 def job_from_env() -> PredictJob:
-    from ..chunks.store import ChunkStore
-    from ..model_file import read_meta
-    from .commands import new_job
+    from grappa.chunks.store import ChunkStore
+    from grappa.model_file import read_meta
+    from grappa.inference.commands import new_job
     cfg = load_config()  # $GRAPPA_CONFIG: the dataset's store, the run directory, P
     spec = json.loads(os.environ["GRAPPA_PREDICT"])
     meta, _ = read_meta(spec["model"])
@@ -40,7 +40,7 @@ def job_from_env() -> PredictJob:
 
 
 def coordinate(job: PredictJob) -> dict:
-    from .launcher import prepare_scratch
+    from grappa.inference.launcher import prepare_scratch
     out = Path(job.out)
     manifest = out / MANIFEST
     if not manifest.exists():  # else: published by an earlier attempt
@@ -57,8 +57,8 @@ def coordinate(job: PredictJob) -> dict:
 
 
 def report_result(m: dict) -> None:
-    from ..kube import JobStatus
-    from ..rounds import Progress
+    from grappa.kube import JobStatus
+    from grappa.rounds import Progress
     ev = m.get("evaluation") or {}
     acc = {split: (ev.get(split) or {}).get("acc") for split in ("train", "val", "test")}
     JobStatus.from_env().report(Progress(train_acc=acc["train"], val_acc=acc["val"], test_acc=acc["test"],
@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception as err:
-        from ..errors import CANNOT_RUN
+        from grappa.errors import CANNOT_RUN
         if not isinstance(err, CANNOT_RUN):
             raise
         print(f"grappa: error: {err}", file=sys.stderr)

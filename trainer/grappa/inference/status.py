@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from ..memory import PeakMemory
+from grappa.memory import PeakMemory
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -19,16 +19,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..chunks.store import ChunkStore
-from ..model_file import load_model
-from ..rounds import base_chunks
-from ..runtime.checkpoint import atomic_write
-from ..sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from .job import PredictJob
-from .layer_pass import StoreGraph, write_chunk
-from .outputs import assemble, id_range, output_specs
-from .rowfiles import LayerRows, layer_complete, layer_file
-from .status import Status, read_status
+from grappa.chunks.store import ChunkStore
+from grappa.model_file import load_model
+from grappa.rounds import base_chunks
+from grappa.runtime.checkpoint import atomic_write
+from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.inference.job import PredictJob
+from grappa.inference.layer_pass import StoreGraph, write_chunk
+from grappa.inference.outputs import assemble, id_range, output_specs
+from grappa.inference.rowfiles import LayerRows, layer_complete, layer_file
+from grappa.inference.status import Status, read_status
 
 log = logging.getLogger("grappa.predict")
 POLL_S = 0.05
@@ -76,7 +76,7 @@ def compute_layers(job: PredictJob, model, g: StoreGraph, rank: int, status: Sta
 def split_sums(model, g: StoreGraph, scratch: Path, chunks: list[int], block_rows: int) -> dict:
     """Loss sum, correct and count per split over the labelled nodes of `chunks`, a block of
     rows at a time."""
-    from ..runtime.worker import split_stats
+    from grappa.runtime.worker import split_stats
     last = LayerRows(scratch, len(model.layers))
     total = torch.zeros(9, dtype=torch.float64)
     for k in chunks:

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from .block import Block
-from .ops import dst_of_edges, edge_chunks, glorot_, per_head_matmul, segment_max, segment_sum
+from grappa.models.block import Block
+from grappa.models.ops import dst_of_edges, edge_chunks, glorot_, per_head_matmul, segment_max, segment_sum
 
 
 class _Attend(torch.autograd.Function):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .block import Block
-from .ops import Operator, block_matmul, cached, dst_of_edges, glorot_, operator
+from grappa.models.block import Block
+from grappa.models.ops import Operator, block_matmul, cached, dst_of_edges, glorot_, operator
 
 
 def gcn_operator(block: Block, dtype: torch.dtype) -> tuple[Operator, Tensor]:

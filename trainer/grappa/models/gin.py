@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .block import Block
-from .ops import block_matmul, sum_operator
-from .sparse_input import is_sparse
+from grappa.models.block import Block
+from grappa.models.ops import block_matmul, sum_operator
+from grappa.models.sparse_input import is_sparse
 
 
 class GINLayer(nn.Module):

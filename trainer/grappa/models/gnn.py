@@ -8,14 +8,14 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ModelConfig
-from .block import Block
-from .dropout import dropout
-from .gat import GATLayer
-from .gcn import GCNLayer
-from .gin import GINLayer
-from .sage import SAGELayer
-from .sparse_input import compact_input
+from grappa.config import ModelConfig
+from grappa.models.block import Block
+from grappa.models.dropout import dropout
+from grappa.models.gat import GATLayer
+from grappa.models.gcn import GCNLayer
+from grappa.models.gin import GINLayer
+from grappa.models.sage import SAGELayer
+from grappa.models.sparse_input import compact_input
 
 
 def make_layer(cfg: ModelConfig, in_dim: int, out_dim: int, last: bool) -> tuple[nn.Module, int]:

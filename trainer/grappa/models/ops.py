@@ -17,8 +17,8 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from .block import Block
-from .sparse_input import is_sparse
+from grappa.models.block import Block
+from grappa.models.sparse_input import is_sparse
 
 # Per-edge loops (GAT's attention gradient) form (chunk x width) temporaries of this many elements:
 # 1 MiB of float32, the fastest of 2^15..2^20 on a 1M-edge graph (smaller chunks pay per-call

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .block import Block
-from .ops import block_matmul, mean_operator, rows
-from .sparse_input import is_sparse
+from grappa.models.block import Block
+from grappa.models.ops import block_matmul, mean_operator, rows
+from grappa.models.sparse_input import is_sparse
 
 
 class SAGELayer(nn.Module):

@@ -18,20 +18,20 @@ from typing import Optional
 
 import torch
 
-from . import protocol as proto
-from .checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
-from ..chunks.store import ChunkStore
-from ..config import TrainConfig, dump_config
-from ..model_file import describe as describe_model, save_model
-from ..models import GNN
-from ..memory import PeakMemory
-from ..params import flat_state, num_buffer_values, num_params
-from ..rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
-from .exchange import StepExchange
-from .replica import check_replicas, checksum, make_optimizer, optimizer_bytes
-from .stop import SigtermWatch, StopRequested
-from .transport import Link
-from .worker import steps_per_epoch
+from grappa.runtime import protocol as proto
+from grappa.runtime.checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
+from grappa.chunks.store import ChunkStore
+from grappa.config import TrainConfig, dump_config
+from grappa.model_file import describe as describe_model, save_model
+from grappa.models import GNN
+from grappa.memory import PeakMemory
+from grappa.params import flat_state, num_buffer_values, num_params
+from grappa.rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
+from grappa.runtime.exchange import StepExchange
+from grappa.runtime.replica import check_replicas, checksum, make_optimizer, optimizer_bytes
+from grappa.runtime.stop import SigtermWatch, StopRequested
+from grappa.runtime.transport import Link
+from grappa.runtime.worker import steps_per_epoch
 
 log = logging.getLogger("grappa.aggregator")
 

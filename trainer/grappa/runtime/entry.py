@@ -11,9 +11,9 @@ import logging
 import os
 import sys
 
-from ..config import RoundsConfig, TrainConfig
-from ..metrics import TrainerMetrics, metrics_port_for
-from .stop import EXIT_STOPPED, SigtermWatch, Stopped
+from grappa.config import RoundsConfig, TrainConfig
+from grappa.metrics import TrainerMetrics, metrics_port_for
+from grappa.runtime.stop import EXIT_STOPPED, SigtermWatch, Stopped
 
 log = logging.getLogger("grappa.entry")
 
@@ -38,18 +38,18 @@ def _setup(role: str) -> None:
 
 
 def run_aggregator(cfg: TrainConfig) -> dict:
-    from .aggregator import Aggregator
-    from ..report import write_report
-    from ..rounds import ScheduleRounds
-    from .transport import Link
+    from grappa.runtime.aggregator import Aggregator
+    from grappa.report import write_report
+    from grappa.rounds import ScheduleRounds
+    from grappa.runtime.transport import Link
     _setup("aggregator")
     if os.environ.get("GRAPPA_JOB_NAME"):
-        from ..kube import JobStatus
+        from grappa.kube import JobStatus
         status = JobStatus.from_env()
         rounds, sink = status, status
     else:
         rounds, sink = ScheduleRounds(cfg.grappa.rounds, cfg.grappa.partition_seed), None
-    from ..strategies import strategy_class
+    from grappa.strategies import strategy_class
     if not strategy_class(cfg.strategy).repartitions:
         # Rounds are Grappa's; other strategies keep the partitions fixed whatever is scheduled.
         rounds = ScheduleRounds(RoundsConfig(every=0), cfg.grappa.partition_seed)
@@ -58,7 +58,7 @@ def run_aggregator(cfg: TrainConfig) -> dict:
     watch = SigtermWatch(lambda: agg is not None and agg.save_last_epoch("SIGTERM")).install()
     link = Link.from_env()
     try:
-        from ..strategies import strategy_module
+        from grappa.strategies import strategy_module
         cls = getattr(strategy_module(cfg.strategy), "AGGREGATOR", Aggregator)
         agg = cls(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))
         agg.stop = watch
@@ -94,14 +94,14 @@ def _worker_stop() -> None:
 
 
 def run_worker(cfg: TrainConfig) -> None:
-    from .transport import Link
-    from .worker import Worker
+    from grappa.runtime.transport import Link
+    from grappa.runtime.worker import Worker
     # A worker keeps nothing worth saving and writes files only by rename: leave at once.
     SigtermWatch(_worker_stop, grace_s=0.0).install()
     link = Link.from_env()
     _setup(f"worker-{link.rank - 1}")
     try:
-        from ..strategies import strategy_module
+        from grappa.strategies import strategy_module
         cls = getattr(strategy_module(cfg.strategy), "WORKER", Worker)
         w = cls(cfg, link)
         w.metrics = _metrics(cfg, link.rank)

@@ -32,10 +32,10 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ..params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
-from ..reducer import normalise
-from ..step import Contribution
-from .transport import Link
+from grappa.params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
+from grappa.reducer import normalise
+from grappa.step import Contribution
+from grappa.runtime.transport import Link
 
 SCALARS = 5  # weight sum, loss sum, seeds, correct, stop
 _WEIGHT, _LOSS, _SEEDS, _CORRECT, _STOP = range(-SCALARS, 0)

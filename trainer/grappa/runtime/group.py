@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from .rendezvous import open_store
+from grappa.runtime.rendezvous import open_store
 
 log = logging.getLogger("grappa.group")
 

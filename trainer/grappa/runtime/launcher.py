@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Optional, Protocol
 
-from ..config import TrainConfig, dump_config
-from .stop import EXIT_STOPPED, Stopped
+from grappa.config import TrainConfig, dump_config
+from grappa.runtime.stop import EXIT_STOPPED, Stopped
 
 # How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
 # one checkpoint write at most; this leaves room for a slow disk.
@@ -139,7 +139,7 @@ class LocalJob:
         offset = metrics.stat().st_size if metrics.exists() else 0
         bar = None
         if self.progress:
-            from ..progress import progress_bar
+            from grappa.progress import progress_bar
             bar = progress_bar(self.cfg.training.epochs, "epochs", "ep", dynamic_ncols=True)
         try:
             while True:

@@ -16,9 +16,9 @@ import zlib
 
 import torch
 
-from ..config import TrainConfig
-from ..params import flat_state
-from .group import rank_name
+from grappa.config import TrainConfig
+from grappa.params import flat_state
+from grappa.runtime.group import rank_name
 
 
 class ReplicaDiverged(RuntimeError):

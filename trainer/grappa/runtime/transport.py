@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .group import Group
+from grappa.runtime.group import Group
 
 KINDS = ("train", "fetch", "eval", "control")
 _HEADER = 9  # ndim, dtype code, up to 7 dims

@@ -18,22 +18,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import protocol as proto
-from ..chunks.store import ChunkStore
-from ..config import TrainConfig
-from ..fullcomm import LinkPeers
-from ..idhash import hash64, hash_key
-from ..memory import PeakMemory
-from ..models import GNN
-from ..params import load_flat_state, num_buffer_values, num_params
-from ..rounds import RoundDecision
-from ..sampling.store_sampler import StoreSampler
-from ..sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from ..strategies import epoch_seed, make_strategy, strategy_class
-from .exchange import StepExchange
-from .replica import checksum, load_optimizer_bytes, make_optimizer
-from .stop import Stopped
-from .transport import Link
+from grappa.runtime import protocol as proto
+from grappa.chunks.store import ChunkStore
+from grappa.config import TrainConfig
+from grappa.fullcomm import LinkPeers
+from grappa.idhash import hash64, hash_key
+from grappa.memory import PeakMemory
+from grappa.models import GNN
+from grappa.params import load_flat_state, num_buffer_values, num_params
+from grappa.rounds import RoundDecision
+from grappa.sampling.store_sampler import StoreSampler
+from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.strategies import epoch_seed, make_strategy, strategy_class
+from grappa.runtime.exchange import StepExchange
+from grappa.runtime.replica import checksum, load_optimizer_bytes, make_optimizer
+from grappa.runtime.stop import Stopped
+from grappa.runtime.transport import Link
 
 # Reading PSS walks every mapping (14-21 ms of CPU with torch and the store mapped), so a worker
 # reads it in the background every few seconds and at each epoch's report, never per step.
@@ -67,7 +67,7 @@ class Worker:
             self.eval_nodes = sampled_eval_nodes(self.store, self.shard.base, self.cfg)
             self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
             return
-        from ..inference.exact_eval import LayerwiseEvaluation
+        from grappa.inference.exact_eval import LayerwiseEvaluation
         self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base, Path(self.cfg.run_dir) / "eval-layers")
 
     def receive_params(self) -> None:

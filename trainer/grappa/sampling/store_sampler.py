@@ -16,7 +16,7 @@ from torch import Tensor
 
 from grappa.chunks.store import ChunkStore
 
-from .neighbor import NeighborSampler, SampledSubgraph, _check_fanouts
+from grappa.sampling.neighbor import NeighborSampler, SampledSubgraph, _check_fanouts
 
 
 class StoreSampler(NeighborSampler):

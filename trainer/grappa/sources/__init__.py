@@ -7,8 +7,8 @@ from pathlib import Path
 
 from grappa.config import OGB_DATASETS, DatasetConfig
 
-from .base import EdgeBlock, EdgePart, GraphSource, NodeBlock
-from .errors import DatasetError
+from grappa.sources.base import EdgeBlock, EdgePart, GraphSource, NodeBlock
+from grappa.sources.errors import DatasetError
 
 __all__ = ["open_source", "data_root", "GraphSource", "EdgePart", "EdgeBlock", "NodeBlock", "DatasetError"]
 
@@ -27,19 +27,19 @@ def dataset_path(cfg: DatasetConfig) -> Path:
 def open_source(cfg: DatasetConfig, progress: bool = True) -> GraphSource:
     """The streaming source of rmat, OGB or arrays: reads metadata only."""
     if cfg.name == "rmat":
-        from .rmat import RmatSource
+        from grappa.sources.rmat import RmatSource
         s = cfg.synthetic
         return RmatSource(s.scale, s.num_features, s.num_classes, s.seed, cfg.split_seed)
     if cfg.name in OGB_DATASETS:
-        from .ogb import OGB_META, OgbSource, dataset_dir
+        from grappa.sources.ogb import OGB_META, OgbSource, dataset_dir
         root = data_root(cfg)
         release = dataset_dir(root, cfg.name) / f"RELEASE_v{OGB_META[cfg.name].version}.txt"
         if cfg.download and not release.is_file():
-            from .download import download_ogb
+            from grappa.sources.download import download_ogb
             download_ogb(cfg.name, root, progress=progress)
         return OgbSource(cfg.name, root, cfg.add_inverse_edges)
     if cfg.name == "arrays":
-        from .arrays import ArraysSource
+        from grappa.sources.arrays import ArraysSource
         return ArraysSource(dataset_path(cfg), cfg.arrays, bool(cfg.add_inverse_edges))
     # The in-memory datasets (built-ins, csbm, file) are grappa.data's: grappa.data.open_dataset
     # opens every kind; this package never imports grappa.data, which builds on it.

@@ -17,10 +17,18 @@ from typing import Iterator
 
 import numpy as np
 
-from .base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, EdgeBlock, EdgePart, GraphSource, NodeBlock
-from .errors import DatasetError
-from .npyio import NpyHeader, npy_header, read_rows
-from .splits import SplitIndex
+from grappa.sources.base import (
+    SPLIT_TEST,
+    SPLIT_TRAIN,
+    SPLIT_VAL,
+    EdgeBlock,
+    EdgePart,
+    GraphSource,
+    NodeBlock,
+)
+from grappa.sources.errors import DatasetError
+from grappa.sources.npyio import NpyHeader, npy_header, read_rows
+from grappa.sources.splits import SplitIndex
 
 FEATURE_DTYPES = (np.float32, np.float16)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import SPLIT_NAMES, SPLIT_NONE, EdgeBlock, GraphSource
-from .errors import DatasetError
+from grappa.sources.base import SPLIT_NAMES, SPLIT_NONE, EdgeBlock, GraphSource
+from grappa.sources.errors import DatasetError
 
 
 def _first(bad: np.ndarray) -> int:

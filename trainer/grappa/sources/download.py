@@ -11,8 +11,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from .errors import DatasetError
-from .ogb import OGB_META, dataset_dir
+from grappa.sources.errors import DatasetError
+from grappa.sources.ogb import OGB_META, dataset_dir
 
 
 def download_ogb(name: str, root: Path, progress: bool = True, url: str | None = None) -> Path:

@@ -5,8 +5,17 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import DatasetError
-from .base import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, EdgeBlock, EdgePart, GraphSource, NodeBlock
+from grappa.sources.errors import DatasetError
+from grappa.sources.base import (
+    SPLIT_NONE,
+    SPLIT_TEST,
+    SPLIT_TRAIN,
+    SPLIT_VAL,
+    EdgeBlock,
+    EdgePart,
+    GraphSource,
+    NodeBlock,
+)
 
 
 class MemoryEdges(EdgePart):

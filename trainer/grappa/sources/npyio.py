@@ -16,7 +16,7 @@ from typing import BinaryIO, Iterator, Optional
 
 import numpy as np
 
-from .errors import DatasetError
+from grappa.sources.errors import DatasetError
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,18 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from .base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, EdgeBlock, EdgePart, GraphSource, NodeBlock
-from .errors import DatasetError
-from .npyio import MemberStream, csv_blocks, npz_header
-from .splits import SplitIndex
+from grappa.sources.base import (
+    SPLIT_TEST,
+    SPLIT_TRAIN,
+    SPLIT_VAL,
+    EdgeBlock,
+    EdgePart,
+    GraphSource,
+    NodeBlock,
+)
+from grappa.sources.errors import DatasetError
+from grappa.sources.npyio import MemberStream, csv_blocks, npz_header
+from grappa.sources.splits import SplitIndex
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,15 @@ import numpy as np
 
 from grappa.idhash import IdPermutation, hash64, hash_key
 
-from .base import (
-    SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, EdgeBlock, EdgePart, GraphLabeller, GraphSource, NodeBlock,
+from grappa.sources.base import (
+    SPLIT_TEST,
+    SPLIT_TRAIN,
+    SPLIT_VAL,
+    EdgeBlock,
+    EdgePart,
+    GraphLabeller,
+    GraphSource,
+    NodeBlock,
 )
 
 RMAT_PROBS = (0.57, 0.19, 0.19, 0.05)  # a, b, c, d (Graph500)

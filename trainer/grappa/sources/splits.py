@@ -5,9 +5,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import SPLIT_NAMES, SPLIT_NONE
-from .errors import DatasetError
-from .npyio import NpyHeader, read_rows
+from grappa.sources.base import SPLIT_NAMES, SPLIT_NONE
+from grappa.sources.errors import DatasetError
+from grappa.sources.npyio import NpyHeader, read_rows
 
 
 class SplitIndex:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import RoundStats, Strategy, epoch_seed
+from grappa.strategies.base import RoundStats, Strategy, epoch_seed
 
 # name -> (module, worker-side class); the module may also define the process loops it needs
 _REGISTRY = {

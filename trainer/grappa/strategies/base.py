@@ -19,13 +19,13 @@ from typing import ClassVar, Optional
 import torch
 from torch import Tensor
 
-from ..chunks.store import ChunkStore
-from ..config import TrainConfig
-from ..local_graph import LocalGraph, build_local_graph
-from ..memory import release_free_memory
-from ..models import GNN
-from ..rounds import RoundDecision, base_chunks
-from ..step import Contribution
+from grappa.chunks.store import ChunkStore
+from grappa.config import TrainConfig
+from grappa.local_graph import LocalGraph, build_local_graph
+from grappa.memory import release_free_memory
+from grappa.models import GNN
+from grappa.rounds import RoundDecision, base_chunks
+from grappa.step import Contribution
 
 log = logging.getLogger("grappa.runtime.worker")
 

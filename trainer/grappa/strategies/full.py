@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..blocks import owned_block
-from ..fullcomm import HaloPlan, Peers, _HaloExchange, _count, build_plan, fetch_rows
-from ..local_graph import LocalGraph
-from ..models import GNN
-from ..models.block import Block
-from ..step import Contribution, contribution_from
-from .base import Strategy
+from grappa.blocks import owned_block
+from grappa.fullcomm import HaloPlan, Peers, _HaloExchange, _count, build_plan, fetch_rows
+from grappa.local_graph import LocalGraph
+from grappa.models import GNN
+from grappa.models.block import Block
+from grappa.step import Contribution, contribution_from
+from grappa.strategies.base import Strategy
 
 
 def halo_owner(g: LocalGraph, partitions: int) -> Tensor:

@@ -15,14 +15,14 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..blocks import seed_blocks
-from ..coverage import coverage
-from ..local_graph import LocalGraph
-from ..models.block import Block
-from ..rounds import RoundDecision, variable_chunk
-from ..sampling import NeighborSampler
-from ..step import Contribution, contribution_from
-from .base import Strategy
+from grappa.blocks import seed_blocks
+from grappa.coverage import coverage
+from grappa.local_graph import LocalGraph
+from grappa.models.block import Block
+from grappa.rounds import RoundDecision, variable_chunk
+from grappa.sampling import NeighborSampler
+from grappa.step import Contribution, contribution_from
+from grappa.strategies.base import Strategy
 
 
 def full_graph_blocks(g: LocalGraph, seeds: Tensor, model) -> tuple[list[Block], Tensor, Tensor]:

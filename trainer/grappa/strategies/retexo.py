@@ -23,23 +23,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime import protocol as proto
-from ..runtime.aggregator import Aggregator
-from ..models.dropout import dropout
-from ..runtime.replica import make_optimizer
-from ..blocks import owned_block
-from ..runtime.checkpoint import latest_checkpoint, load_checkpoint
-from ..config import ModelConfig, TrainConfig
-from ..fullcomm import build_plan, fetch_rows
-from ..local_graph import LocalGraph
-from ..models.gnn import make_layer
-from ..models.sparse_input import compact_input
-from ..params import num_buffer_values, num_params
-from ..rounds import RoundDecision
-from ..step import Contribution, contribution_from
-from ..runtime.worker import Worker, split_stats
-from .base import Strategy
-from .full import halo_owner
+from grappa.runtime import protocol as proto
+from grappa.runtime.aggregator import Aggregator
+from grappa.models.dropout import dropout
+from grappa.runtime.replica import make_optimizer
+from grappa.blocks import owned_block
+from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from grappa.config import ModelConfig, TrainConfig
+from grappa.fullcomm import build_plan, fetch_rows
+from grappa.local_graph import LocalGraph
+from grappa.models.gnn import make_layer
+from grappa.models.sparse_input import compact_input
+from grappa.params import num_buffer_values, num_params
+from grappa.rounds import RoundDecision
+from grappa.step import Contribution, contribution_from
+from grappa.runtime.worker import Worker, split_stats
+from grappa.strategies.base import Strategy
+from grappa.strategies.full import halo_owner
 
 log = logging.getLogger("grappa.retexo")
 
