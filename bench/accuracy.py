@@ -1,7 +1,7 @@
 """Accuracy benchmark: single-process vs Grappa (full) vs UW vs FP, P = 4, and gradient fidelity.
 
 Writes docs/results/accuracy.md and accuracy.png (bench/render_accuracy.py; raw numbers in accuracy-runs.json and fidelity.json). Runs use the in-process
-simulation (`grappa.simulate`), which reproduces the multi-process run's numbers exactly
+simulation (`grappa.runtime.simulation`), which reproduces the multi-process run's numbers exactly
 (tests/trainer/test_local_runs.py) without paying process start-up and loopback copies 192 times.
 Results accumulate in the JSON, so an interrupted run resumes where it stopped.
 
@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 
 from grappa.config import TrainConfig  # noqa: E402
-from grappa.data import load_dataset  # noqa: E402
-from grappa.fidelity import gradient_fidelity  # noqa: E402
-from grappa.prepare import prepare_store  # noqa: E402
-from grappa.simulate import Simulation  # noqa: E402
-from grappa.single import train_single  # noqa: E402
+from grappa.data.datasets import load_dataset  # noqa: E402
+from grappa.data.store.preparation import prepare_store  # noqa: E402
+from grappa.runtime.simulation import Simulation  # noqa: E402
+from grappa.runtime.single_process import train_single  # noqa: E402
+from grappa.strategies.grappa.fidelity import gradient_fidelity  # noqa: E402
 from render_accuracy import ARCHS, DEPTHS, METHODS as METHOD_ORDER, render  # noqa: E402
 
 DATASETS = ["cora", "citeseer", "coauthor-physics", "amazon-computers"]

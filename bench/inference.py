@@ -44,10 +44,10 @@ def config(scale: int, partitions: int, work: Path) -> dict:
 def make_model(cfg_dict: dict, path: Path) -> None:
     import torch
 
-    from grappa.chunks.store import ChunkStore
     from grappa.config import TrainConfig
-    from grappa.model_file import describe, save_model
+    from grappa.data.store.chunk_store import ChunkStore
     from grappa.models import GNN
+    from grappa.models.model_file import describe, save_model
     cfg = TrainConfig.model_validate(cfg_dict)
     man = ChunkStore(cfg.store_path).manifest
     torch.manual_seed(0)

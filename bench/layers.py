@@ -38,7 +38,8 @@ def one_case(arch: str, design: str, nodes: int, per_node: int, width: int, repe
     import torch
     sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "tests" / "trainer")]
     from grappa.config import ModelConfig
-    from grappa.models import GNN, full_block
+    from grappa.data.blocks import full_block
+    from grappa.models import GNN
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     ei = torch.randint(0, nodes, (2, nodes * per_node), generator=gen)
@@ -63,7 +64,7 @@ def one_case(arch: str, design: str, nodes: int, per_node: int, width: int, repe
         model.zero_grad()
         torch.nn.functional.cross_entropy(step(), y).backward()
     run()  # warm-up: builds the blocks' cached operators, as the first step of a round does
-    from grappa.memory import release_free_memory
+    from grappa.util.process_memory import release_free_memory
     release_free_memory()  # so the steps cannot reuse the warm-up's freed heap unseen
     before = _status_kib("VmRSS:")
     open("/proc/self/clear_refs", "w").write("5")

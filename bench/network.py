@@ -27,10 +27,10 @@ sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), os.environ.get("PYTHONPATH")]))
 
 from grappa.config import TrainConfig  # noqa: E402
+from grappa.data.store.preparation import prepare_store  # noqa: E402
 from grappa.runtime.exchange import SCALARS  # noqa: E402
-from grappa.runtime.launcher import LocalJob  # noqa: E402
+from grappa.runtime.local_job import LocalJob  # noqa: E402
 from grappa.runtime.transport import ring_allreduce_bytes  # noqa: E402
-from grappa.prepare import prepare_store  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
@@ -107,8 +107,8 @@ def run_job(cfg: TrainConfig, net: Optional[ThrottledNetwork], with_curve: bool 
 
 
 def run_single(dataset: str, layers: int, epochs: int, work: Path) -> dict:
-    from grappa.data import load_dataset
-    from grappa.single import train_single
+    from grappa.data.datasets import load_dataset
+    from grappa.runtime.single_process import train_single
     cfg = job_config(dataset, "grappa", 1, layers, epochs, work)
     _, hist = train_single(cfg, load_dataset(cfg.dataset))
     return {"epoch_seconds": statistics.median(h["epoch_seconds"] for h in hist[1:] or hist),

@@ -33,9 +33,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "trainer"), 
 
 import distdgl_job  # noqa: E402
 from grappa.config import TrainConfig  # noqa: E402
-from grappa.data import load_dataset  # noqa: E402
-from grappa.runtime.launcher import LocalJob  # noqa: E402
-from grappa.prepare import prepare_store  # noqa: E402
+from grappa.data.datasets import load_dataset  # noqa: E402
+from grappa.data.store.preparation import prepare_store  # noqa: E402
+from grappa.runtime.local_job import LocalJob  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 from network import save  # noqa: E402
 from probe import Probe  # noqa: E402

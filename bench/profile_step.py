@@ -34,14 +34,14 @@ sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 
 import torch  # noqa: E402
 
-from grappa.chunks.store import ChunkStore  # noqa: E402
+from grappa.data.store.chunk_store import ChunkStore  # noqa: E402
+from grappa.data.store.preparation import prepare_store  # noqa: E402
 from grappa.models import GNN  # noqa: E402
-from grappa.prepare import prepare_store  # noqa: E402
-from grappa.rounds import RoundDecision, round_seed  # noqa: E402
 from grappa.runtime.exchange import apply_sum, pack  # noqa: E402
 from grappa.runtime.replica import make_optimizer  # noqa: E402
-from grappa.step import contribution_from  # noqa: E402
 from grappa.strategies import make_strategy  # noqa: E402
+from grappa.strategies.contribution import contribution_from  # noqa: E402
+from grappa.strategies.grappa.rounds import RoundDecision, round_seed  # noqa: E402
 from peer import grappa_config  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
@@ -84,8 +84,8 @@ def use_design(design: str) -> None:
 
 
 def profile(work: Path, steps: int, design: str = "current", partitions: int = 8, layers: int = 3) -> dict:
-    from grappa.memory import PeakMemory
     from grappa.runtime.worker import PSS_SAMPLE_S
+    from grappa.util.process_memory import PeakMemory
     use_design(design)
     torch.set_num_threads(1)
     cfg = grappa_config("rmat", "grappa", partitions, layers, 1, 1, work)

@@ -106,8 +106,8 @@ def total_bytes(cfg: TrainConfig) -> int:
 
 
 def single(dataset: str, layers: int, epochs: int, work: Path) -> dict:
-    from grappa.data import load_dataset
-    from grappa.single import train_single
+    from grappa.data.datasets import load_dataset
+    from grappa.runtime.single_process import train_single
     cfg = config(dataset, "grappa", layers, epochs, work, 1)
     result, hist = train_single(cfg, load_dataset(cfg.dataset))
     return {"test_acc": result["test_acc"], "seconds": sum(h["epoch_seconds"] for h in hist)}

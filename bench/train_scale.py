@@ -1,6 +1,6 @@
 """Training at scale: per-worker memory and time of `grappa train` (P = 8) on R-MAT graphs.
 
-Every run is a real local job (aggregator + 8 worker processes, `grappa.runtime.launcher.LocalJob`) on a
+Every run is a real local job (aggregator + 8 worker processes, `grappa.runtime.local_job.LocalJob`) on a
 store prepared once per scale. Per worker it records peak RSS and peak PSS (the report's memory
 section: PSS counts the memory-mapped store and shared libraries once per machine), the local
 graph's edges, and bytes per local edge above the runtime floor (the same job's PSS on RMAT-10,

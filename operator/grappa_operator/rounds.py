@@ -15,7 +15,7 @@ import copy
 from datetime import datetime
 from typing import Any, Optional
 
-from grappa.rounds import RoundDecision, plateaued, round_seed
+from grappa.strategies.grappa.rounds import RoundDecision, plateaued, round_seed
 
 from .api import GrappaJobSpec
 from .timeutil import iso
@@ -24,7 +24,7 @@ MAX_VAL_HISTORY = 256
 
 
 def initial(spec: GrappaJobSpec, now: datetime) -> dict[str, Any]:
-    """Round 0 applies before any decision (seed from grappa.rounds.round_seed, like a local run)."""
+    """Round 0 applies before any decision (seed from grappa.strategies.grappa.rounds.round_seed, like a local run)."""
     seed = round_seed(spec.grappa.partition_seed, 0)
     return {
         "current": 0, "pairingSeed": seed, "effectiveEpoch": 0,

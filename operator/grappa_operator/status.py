@@ -306,152 +306,244 @@ def step(job: JobRef, spec: Union[GrappaJobSpec, SpecError], status: Optional[di
     return plan
 
 
+@dataclass
+class Tick:
+    """One reconcile's inputs, as the transitions below read them."""
+
+    plan: Plan
+    job: JobRef
+    spec: Union[GrappaJobSpec, SpecError]
+    pods: list[PodObs]
+    now: datetime
+    workload: Optional[WorkloadObs]
+
+    @property
+    def st(self) -> dict[str, Any]:
+        return self.plan.status
+
+    @property
+    def policy(self) -> str:
+        return self.spec.run_policy.clean_pod_policy if isinstance(self.spec, GrappaJobSpec) else "All"
+
+    @property
+    def attempt(self) -> int:
+        return int(self.st.get("restarts") or 0)
+
+    @property
+    def group(self) -> list[PodObs]:
+        return [p for p in self.pods if p.role in (s.ROLE_AGGREGATOR, s.ROLE_WORKER)]
+
+    @property
+    def live(self) -> dict[tuple[str, Optional[int]], PodObs]:
+        return {(p.role, p.rank): p for p in self.group if not p.deleting}
+
+    def enter(self, phase: str, reason: str, message: str) -> None:
+        _enter(self.plan, phase, reason, message, self.now)
+
+    def fail(self, reason: str, message: str) -> None:
+        _fail(self.plan, reason, message, self.now, self.pods, self.policy)
+
+
 def _step(plan: Plan, job: JobRef, spec: Union[GrappaJobSpec, SpecError], pods: list[PodObs],
           now: datetime, workload: Optional[WorkloadObs]) -> None:
-    st = plan.status
-    policy = spec.run_policy.clean_pod_policy if isinstance(spec, GrappaJobSpec) else "All"
-    if st["phase"] in TERMINAL:
-        _cleanup(plan, policy, pods)
-        ttl = spec.run_policy.ttl_seconds_after_finished if isinstance(spec, GrappaJobSpec) else None
-        done = parse(st.get("completionTime"))
-        if ttl is not None and done is not None and done + timedelta(seconds=ttl) <= now:
-            plan.delete_job = True
-        return
-    if not isinstance(spec, GrappaJobSpec):
-        _fail(plan, spec.reason, spec.message, now, pods, policy)
-        return
-    try:
-        check_runnable(job, spec)
-    except SpecError as err:
-        _fail(plan, err.reason, err.message, now, pods, policy)
-        return
+    """The transitions in order of precedence: the first that decides ends this reconcile (the
+    rest wait for the next one, which sees the new status)."""
+    tick = Tick(plan, job, spec, pods, now, workload)
+    for transition in TRANSITIONS:
+        if transition(tick):
+            return
 
-    rp = spec.run_policy
-    if rp.suspend:
-        _leftovers_delete(plan, pods)
+
+def _finished(t: Tick) -> bool:
+    """A finished job only tidies up: its pods by cleanPodPolicy, itself after its TTL."""
+    if t.st["phase"] not in TERMINAL:
+        return False
+    _cleanup(t.plan, t.policy, t.pods)
+    ttl = t.spec.run_policy.ttl_seconds_after_finished if isinstance(t.spec, GrappaJobSpec) else None
+    done = parse(t.st.get("completionTime"))
+    if ttl is not None and done is not None and done + timedelta(seconds=ttl) <= t.now:
+        t.plan.delete_job = True
+    return True
+
+
+def _unrunnable(t: Tick) -> bool:
+    """A spec the operator cannot use, or one that can never run: Failed, naming the field."""
+    if not isinstance(t.spec, GrappaJobSpec):
+        t.fail(t.spec.reason, t.spec.message)
+        return True
+    try:
+        check_runnable(t.job, t.spec)
+    except SpecError as err:
+        t.fail(err.reason, err.message)
+        return True
+    return False
+
+
+def _suspension(t: Tick) -> bool:
+    """Suspended: no pods. Resumed: back to Pending, with a fresh deadline clock (as Job)."""
+    st = t.st
+    if t.spec.run_policy.suspend:
+        _leftovers_delete(t.plan, t.pods)
         if st["phase"] != "Suspended":
             msg = "pods deleted; set spec.runPolicy.suspend to false to resume from the latest checkpoint"
-            _enter(plan, "Suspended", "Suspended", msg, now)
-            plan.event("Normal", "Suspended", msg)
-        return
+            t.enter("Suspended", "Suspended", msg)
+            t.plan.event("Normal", "Suspended", msg)
+        return True
     if st["phase"] == "Suspended":
-        _enter(plan, "Pending", "Resumed", "resuming from the latest checkpoint", now)
-        plan.event("Normal", "Resumed", "resuming from the latest checkpoint")
-        st["activeSince"] = iso(now)  # like Job: the deadline clock restarts on resume
-    if workload is not None and _queued(plan, workload, pods, now):
-        return
+        t.enter("Pending", "Resumed", "resuming from the latest checkpoint")
+        t.plan.event("Normal", "Resumed", "resuming from the latest checkpoint")
+        st["activeSince"] = iso(t.now)
+    return False
 
-    # The deadline counts from the last start, resume or admission: never time spent suspended
-    # or queued.
-    started = parse(st.get("activeSince")) or parse(st.get("startTime")) or now
-    if rp.active_deadline_seconds is not None and started + timedelta(seconds=rp.active_deadline_seconds) <= now:
-        _fail(plan, "DeadlineExceeded", f"the job was active longer than "
-              f"spec.runPolicy.activeDeadlineSeconds ({rp.active_deadline_seconds}s) since "
-              f"{iso(started)}", now, pods, policy)
-        return
-    pull = _pull_failure(spec, pods, now)
+
+def _admission(t: Tick) -> bool:
+    """A job in a Kueue queue waits for its Workload's admission (no pods, no deadline)."""
+    return t.workload is not None and _queued(t.plan, t.workload, t.pods, t.now)
+
+
+def _deadlines(t: Tick) -> bool:
+    """Active too long (counted from the last start, resume or admission, never while suspended
+    or queued), an image that cannot be pulled, or a pod Pending too long: Failed."""
+    rp = t.spec.run_policy
+    started = parse(t.st.get("activeSince")) or parse(t.st.get("startTime")) or t.now
+    if rp.active_deadline_seconds is not None and started + timedelta(seconds=rp.active_deadline_seconds) <= t.now:
+        t.fail("DeadlineExceeded", f"the job was active longer than spec.runPolicy.activeDeadlineSeconds "
+               f"({rp.active_deadline_seconds}s) since {iso(started)}")
+        return True
+    pull = _pull_failure(t.spec, t.pods, t.now)
     if pull:
-        _fail(plan, imagepull.REASON, pull, now, pods, policy)
-        return
+        t.fail(imagepull.REASON, pull)
+        return True
     if rp.pre_running_deadline_seconds is not None:
         limit = timedelta(seconds=rp.pre_running_deadline_seconds)
-        for p in pods:
-            if p.phase == "Pending" and not p.deleting and p.created_at and p.created_at + limit <= now:
-                _fail(plan, "PodPendingTimeout", f"pod {p.name} was Pending for more than "
-                      f"spec.runPolicy.preRunningDeadlineSeconds ({rp.pre_running_deadline_seconds}s): "
-                      f"{p.pending_reason}", now, pods, policy)
-                return
+        for p in t.pods:
+            if p.phase == "Pending" and not p.deleting and p.created_at and p.created_at + limit <= t.now:
+                t.fail("PodPendingTimeout", f"pod {p.name} was Pending for more than spec.runPolicy."
+                       f"preRunningDeadlineSeconds ({rp.pre_running_deadline_seconds}s): {p.pending_reason}")
+                return True
+    return False
 
-    if st["phase"] == "Restarting":
-        if _leftovers(pods):  # wait until the old attempt is completely gone
-            _leftovers_delete(plan, pods)
-            return
-        _enter(plan, "Pending", "Restarted", f"starting attempt {st.get('restarts', 0)}", now)
 
-    attempt = int(st.get("restarts") or 0)
+def _restarting(t: Tick) -> bool:
+    """A restart waits until the old attempt is completely gone, then starts the next."""
+    if t.st["phase"] != "Restarting":
+        return False
+    if _leftovers(t.pods):
+        _leftovers_delete(t.plan, t.pods)
+        return True
+    t.enter("Pending", "Restarted", f"starting attempt {t.st.get('restarts', 0)}")
+    return False
+
+
+def _preparing(t: Tick) -> bool:
+    """The chunk store, once per job (prepare is idempotent; the flag saves a pod per restart)."""
+    st, plan = t.st, t.plan
     if st["phase"] in ("Pending", "Preparing"):
         plan.create_supporting = True
+    if st.get("prepared"):
+        return False
+    preps = [p for p in t.pods if p.role == s.ROLE_PREPARE]
+    live = [p for p in preps if not p.deleting]
+    if not live or live[0].phase not in ("Failed", "Succeeded"):
+        if not preps:
+            plan.create_prepare = True
+        if st["phase"] != "Preparing":
+            t.enter("Preparing", "Preparing", "preparing the chunk store")
+        return True
+    prep = live[0]
+    if prep.phase == "Failed":
+        _pod_failed(plan, t.spec, prep, t.now, t.pods)
+        return True
+    st["prepared"] = True
+    if prep.lingering:  # only the template's sidecars still run: they hold resources for nothing
+        plan.delete_pods.append(prep.name)
+    plan.event("Normal", "Prepared", "chunk store ready")
+    if st["phase"] == "Preparing":
+        t.enter("Pending", "Prepared", "chunk store ready; starting the group")
+    return False
 
-    # 1. the chunk store, once per job (prepare is idempotent; the flag saves a pod per restart)
-    if not st.get("prepared"):
-        preps = [p for p in pods if p.role == s.ROLE_PREPARE]
-        live = [p for p in preps if not p.deleting]
-        if not live:
-            if not preps:
-                plan.create_prepare = True
-            if st["phase"] != "Preparing":
-                _enter(plan, "Preparing", "Preparing", "preparing the chunk store", now)
-            return
-        prep = live[0]
-        if prep.phase == "Failed":
-            _pod_failed(plan, spec, prep, now, pods)
-            return
-        if prep.phase != "Succeeded":
-            if st["phase"] != "Preparing":
-                _enter(plan, "Preparing", "Preparing", "preparing the chunk store", now)
-            return
-        st["prepared"] = True
-        if prep.lingering:  # only the template's sidecars still run: they hold resources for nothing
-            plan.delete_pods.append(prep.name)
-        plan.event("Normal", "Prepared", "chunk store ready")
-        if st["phase"] == "Preparing":
-            _enter(plan, "Pending", "Prepared", "chunk store ready; starting the group", now)
 
-    # 2. the group: aggregator + P workers of the current attempt
-    group = [p for p in pods if p.role in (s.ROLE_AGGREGATOR, s.ROLE_WORKER)]
-    stale = [p for p in group if p.attempt != attempt]
-    if stale:
-        plan.delete_pods += [p.name for p in stale if not p.deleting]
-        return
-    live = {(p.role, p.rank): p for p in group if not p.deleting}
-    agg = live.get((s.ROLE_AGGREGATOR, 0))
-    if agg is not None and agg.phase == "Succeeded":
-        done = "prediction finished" if spec.predict is not None else "training finished"
-        _enter(plan, "Succeeded", "Succeeded", done, now)
-        st["completionTime"] = iso(now)
-        plan.event("Normal", "Succeeded", done + _result_suffix(st))
-        _cleanup(plan, policy, pods)
-        return
-    # Once the aggregator reported the last epoch, a worker dying on shutdown is not worth a restart.
-    finished = bool((st.get("progress") or {}).get("finished"))
-    failed = sorted((p for p in live.values() if p.phase == "Failed"
+def _stale_attempt(t: Tick) -> bool:
+    """Pods of an earlier attempt go before the current one is judged."""
+    stale = [p for p in t.group if p.attempt != t.attempt]
+    t.plan.delete_pods += [p.name for p in stale if not p.deleting]
+    return bool(stale)
+
+
+def _succeeded(t: Tick) -> bool:
+    agg = t.live.get((s.ROLE_AGGREGATOR, 0))
+    if agg is None or agg.phase != "Succeeded":
+        return False
+    done = "prediction finished" if t.spec.predict is not None else "training finished"
+    t.enter("Succeeded", "Succeeded", done)
+    t.st["completionTime"] = iso(t.now)
+    t.plan.event("Normal", "Succeeded", done + _result_suffix(t.st))
+    _cleanup(t.plan, t.policy, t.pods)
+    return True
+
+
+def _pod_failure(t: Tick) -> bool:
+    """A failed pod fails the job (a permanent exit code) or restarts the group; once the
+    aggregator reported the last epoch, a worker dying on shutdown is not worth a restart."""
+    finished = bool((t.st.get("progress") or {}).get("finished"))
+    failed = sorted((p for p in t.live.values() if p.phase == "Failed"
                      and not (finished and p.role == s.ROLE_WORKER)),
                     key=lambda p: (p.exit_code not in s.PERMANENT_EXIT_CODES, p.rank or 0))
     if failed:
-        _pod_failed(plan, spec, failed[0], now, pods)
-        return
+        _pod_failed(t.plan, t.spec, failed[0], t.now, t.pods)
+    return bool(failed)
+
+
+def _missing_pods(t: Tick) -> bool:
+    """Pods missing from the group: created before it runs (round 0 recorded first); gone while
+    it runs, a restart (one Kubernetes stopped is a disruption, not a failure)."""
+    live, spec = t.live, t.spec
     expected = [(s.ROLE_AGGREGATOR, 0)] + [(s.ROLE_WORKER, r) for r in range(1, spec.partitions + 1)]
     missing = [k for k in expected if k not in live]
-    if st["phase"] == "Running":
-        gone = [p.name for p in group if p.deleting] + [pod_name(job, r, k) for r, k in missing]
-        if gone:
-            disrupted = sorted({p.disruption for p in group if p.deleting and p.disruption})
-            if disrupted:
-                _restart(plan, spec, "PodDisrupted", f"pod(s) {', '.join(sorted(set(gone)))} were stopped "
-                         f"by Kubernetes ({', '.join(disrupted)})", now, pods, disruption=", ".join(disrupted))
-            else:
-                _restart(plan, spec, "PodDeleted", f"pod(s) {', '.join(sorted(set(gone)))} disappeared "
-                         "while training", now, pods)
-            return
-    elif missing:
-        plan.create_group = True
-        if st.get("rounds") is None:
-            st["rounds"] = rounds_mod.initial(spec, now)  # round 0, durable before any pod runs
-        return
-    if st["phase"] != "Running":
-        if all(p.phase in ("Running", "Succeeded") for p in live.values()):
-            _enter(plan, "Running", "Running", f"aggregator and {spec.partitions} workers running", now)
-            st.setdefault("runningTime", iso(now))
-            plan.event("Normal", "Running", f"aggregator and {spec.partitions} workers running")
-        return
+    if t.st["phase"] != "Running":
+        if missing:
+            t.plan.create_group = True
+            if t.st.get("rounds") is None:
+                t.st["rounds"] = rounds_mod.initial(spec, t.now)  # round 0, durable before any pod runs
+        return bool(missing)
+    gone = sorted({p.name for p in t.group if p.deleting} | {pod_name(t.job, r, k) for r, k in missing})
+    if not gone:
+        return False
+    disrupted = sorted({p.disruption for p in t.group if p.deleting and p.disruption})
+    if disrupted:
+        _restart(t.plan, spec, "PodDisrupted", f"pod(s) {', '.join(gone)} were stopped by Kubernetes "
+                 f"({', '.join(disrupted)})", t.now, t.pods, disruption=", ".join(disrupted))
+    else:
+        _restart(t.plan, spec, "PodDeleted", f"pod(s) {', '.join(gone)} disappeared while training",
+                 t.now, t.pods)
+    return True
 
-    # 3. repartition rounds (only while the group trains)
-    new_rounds, decision, reason = rounds_mod.decide(spec, st.get("rounds"), st.get("progress"), now)
-    st["rounds"] = new_rounds
+
+def _started(t: Tick) -> bool:
+    """The group runs once every pod is Running (or already done)."""
+    if t.st["phase"] == "Running":
+        return False
+    if all(p.phase in ("Running", "Succeeded") for p in t.live.values()):
+        msg = f"aggregator and {t.spec.partitions} workers running"
+        t.enter("Running", "Running", msg)
+        t.st.setdefault("runningTime", iso(t.now))
+        t.plan.event("Normal", "Running", msg)
+    return True
+
+
+def _rounds(t: Tick) -> bool:
+    """Repartition rounds, decided only while the group trains."""
+    new_rounds, decision, reason = rounds_mod.decide(t.spec, t.st.get("rounds"), t.st.get("progress"), t.now)
+    t.st["rounds"] = new_rounds
     if decision is not None:
-        plan.round_reason = reason
-        plan.event("Normal", "RoundDecided", f"round {decision.round} ({reason}): pairing seed "
-                   f"{decision.pairing_seed}, effective from epoch {decision.effective_epoch}")
+        t.plan.round_reason = reason
+        t.plan.event("Normal", "RoundDecided", f"round {decision.round} ({reason}): pairing seed "
+                     f"{decision.pairing_seed}, effective from epoch {decision.effective_epoch}")
+    return True
+
+
+TRANSITIONS = (_finished, _unrunnable, _suspension, _admission, _deadlines, _restarting, _preparing,
+               _stale_attempt, _succeeded, _pod_failure, _missing_pods, _started, _rounds)
 
 
 def _pull_failure(spec: GrappaJobSpec, pods: list[PodObs], now: datetime) -> Optional[str]:

@@ -15,9 +15,10 @@ TROUBLE = (REPO / "docs" / "troubleshooting.md").read_text()
 METRICS = (REPO / "docs" / "metrics.md").read_text()
 
 # Where the operator names a reason for a failure, a wait or a Warning: the state machine's
-# _fail/_restart/_wait, SpecError (spec and refusal checks), Refusal (refused creates), REASON
-# constants (imagepull.py, gpu.py).
-REASON_PATTERNS = (r'_fail\(plan, "(\w+)"', r'_restart\(plan, spec, "(\w+)"', r'_wait\(plan, wl, "(\w+)"',
+# _fail (t.fail in its transitions)/_restart/_wait, SpecError (spec and refusal checks), Refusal
+# (refused creates), REASON constants (imagepull.py, gpu.py).
+REASON_PATTERNS = (r'_fail\(plan, "(\w+)"', r't\.fail\("(\w+)"', r'_restart\((?:t\.)?plan, spec, "(\w+)"',
+                   r'_wait\(plan, wl, "(\w+)"',
                    r'else "(\w+)",\n\s+f"Kueue evicted', r'SpecError\(\s*"(\w+)"', r'Refusal\("(\w+)"',
                    r'^REASON = "(\w+)"')
 
@@ -47,7 +48,7 @@ def test_every_state_condition_is_named():
 
 
 def test_the_deadline_clock_is_active_since():
-    assert 'parse(st.get("activeSince"))' in SOURCES  # what status.py times the deadline from
+    assert re.search(r'parse\((t\.)?st\.get\("activeSince"\)\)', SOURCES)  # what status.py times the deadline from
     row = next(ln for ln in reasons_table().splitlines() if ln.startswith("| `DeadlineExceeded`"))
     assert "status.activeSince" in row and "startTime" not in row, row
 

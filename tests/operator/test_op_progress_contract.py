@@ -1,11 +1,11 @@
-"""status.progress is written by the trainer (grappa.kube) and read by the operator as plain keys:
+"""status.progress is written by the trainer (grappa.runtime.kube_status) and read by the operator as plain keys:
 the keys on both sides, and the operator's schema for them, must agree."""
 from __future__ import annotations
 
 import dataclasses
 
-from grappa.kube import progress_status
-from grappa.rounds import Progress as TrainerProgress
+from grappa.runtime.job_progress import Progress as TrainerProgress
+from grappa.runtime.kube_status import progress_status
 from grappa_operator.api import Progress as StatusProgress
 from grappa_operator.metrics import PROGRESS_GAUGES
 

@@ -1,7 +1,7 @@
 """Operator-decided repartition rounds: cadence, plateau, and restart safety."""
 from __future__ import annotations
 
-from grappa.rounds import round_seed
+from grappa.strategies.grappa.rounds import round_seed
 from grappa_operator import rounds
 from grappa_operator.status import step
 

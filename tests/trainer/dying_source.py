@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 
-from grappa.sources.base import EdgeBlock, EdgePart
-from grappa.sources.memory import MemorySource
+from grappa.data.sources.base import EdgeBlock, EdgePart
+from grappa.data.sources.in_memory import MemorySource
 
 
 class DyingEdges(EdgePart):

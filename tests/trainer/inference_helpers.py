@@ -7,14 +7,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
+from grappa.data.blocks import full_block
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.preparation import prepare_store
 from grappa.inference.job import PredictJob
-from grappa.inference.launcher import prepare_scratch
-from grappa.inference.worker import run_worker
-from grappa.model_file import describe, save_model, store_fingerprint
-from grappa.models import GNN, full_block
-from grappa.prepare import prepare_store
+from grappa.inference.local_predict import prepare_scratch
+from grappa.inference.predict_worker import run_worker
+from grappa.models import GNN
+from grappa.models.model_file import describe, save_model, store_fingerprint
 
 
 def small_store(root: Path, num_nodes: int = 600, chunks: int = 4, features: int = 24, **synthetic) -> TrainConfig:

@@ -3,8 +3,8 @@ sent its message to the aggregator, which stacked and summed them, applied the r
 optimizer, and sent the parameters back (what runtime/aggregator.py did before the ring)."""
 import torch
 
-from grappa.params import flat_state, load_flat_state, set_grads
-from grappa.reducer import combine
+from grappa.models.params import flat_state, load_flat_state, set_grads
+from grappa.strategies.grappa.reducer import combine
 
 
 def star_step(model, optimizer, contributions, n_params: int, n_buf: int) -> None:

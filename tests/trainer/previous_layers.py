@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from grappa.config import ModelConfig
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.sparse_input import is_sparse
 
 

@@ -3,7 +3,7 @@ store prepared; overrides by dotted camelCase path ("training.mode": "mini-batch
 from pathlib import Path
 
 from grappa.config import TrainConfig
-from grappa.prepare import prepare_store
+from grappa.data.store.preparation import prepare_store
 
 
 def csbm_job(tmp_path: Path, **overrides) -> TrainConfig:

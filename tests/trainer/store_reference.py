@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grappa.chunks import assign_chunks
-from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.data.store import assign_chunks
 
 
 def split_codes(n: int, train, val, test) -> np.ndarray:

@@ -7,6 +7,7 @@ import torch
 
 from grappa.runtime import checkpoint
 from grappa.runtime.checkpoint import LastEpoch, latest_checkpoint, load_checkpoint, save_checkpoint
+from grappa.util import files
 
 
 class DiskFullHalfway:
@@ -33,7 +34,7 @@ class DiskFullHalfway:
 @pytest.mark.parametrize("epoch", [4, 6], ids=["same-epoch", "newer-epoch"])
 def test_a_write_failing_halfway_leaves_the_previous_checkpoint(tmp_path, monkeypatch, epoch):
     good = save_checkpoint(tmp_path, 4, {"epoch": 4, "w": torch.arange(1000.0)})
-    monkeypatch.setattr(checkpoint, "open", DiskFullHalfway, raising=False)
+    monkeypatch.setattr(files, "open", DiskFullHalfway, raising=False)  # atomic_write's open
     with pytest.raises(OSError):
         save_checkpoint(tmp_path, epoch, {"epoch": epoch, "w": torch.zeros(1000)})
     monkeypatch.undo()

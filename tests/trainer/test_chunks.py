@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from grappa.chunks import ChunkAssignment, ChunkStoreError, assign_chunks, is_prepared, prepare
-from grappa.chunks.store import ChunkStore
 from grappa.config import DatasetConfig, SyntheticConfig
-from grappa.data import load_dataset
-from grappa.idhash import IdPermutation
-from grappa.sources.memory import from_data
+from grappa.data.datasets import load_dataset
+from grappa.data.errors import ChunkStoreError
+from grappa.data.idhash import IdPermutation
+from grappa.data.sources.in_memory import from_data
+from grappa.data.store import ChunkAssignment, assign_chunks, is_prepared, prepare
+from grappa.data.store.chunk_store import ChunkStore
 
 SOURCE = {"name": "csbm", "num_nodes": 1500, "split_seed": 0}
 K = 4
@@ -176,7 +177,7 @@ def test_idempotent_and_mismatch(graph, store):
 
 
 def test_interrupted_prepare_is_not_complete(graph, tmp_path, monkeypatch):
-    import grappa.chunks.writer as prep
+    import grappa.data.store.writer as prep
     out = tmp_path / "store"
 
     def boom(*a, **kw):

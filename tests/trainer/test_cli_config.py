@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from grappa.cli import FLAGS, add_config_flags, config_from_args, main
+from grappa.app.cli import FLAGS, add_config_flags, config_from_args, main
 from grappa.config import Section, TrainConfig, load_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))

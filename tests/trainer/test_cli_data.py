@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grappa.cli import main
+from grappa.app.cli import main
 
 
 def write_graph(folder: Path, n: int = 200, edges: int = 800, features: int = 8, labels=None) -> None:
@@ -90,7 +90,7 @@ def test_a_failed_reprepare_keeps_the_old_store(prepared, capsys):
 
 
 def test_large_files_are_hashed_by_samples_and_judged_by_time(tmp_path):
-    from grappa.fingerprint import FULL_HASH_BYTES, changes, fingerprint
+    from grappa.data.store.fingerprint import FULL_HASH_BYTES, changes, fingerprint
     f = tmp_path / "big.npy"
     f.write_bytes(b"\0" * (FULL_HASH_BYTES + 4096))
     first = fingerprint(tmp_path, [f])

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grappa.cli import main
+from grappa.app.cli import main
 
 P = 2
 
@@ -124,8 +124,8 @@ def test_a_rerun_with_other_settings_is_refused_naming_each_field(first, capsys,
 
 
 def test_where_things_go_may_change_between_reruns(first, tmp_path):
-    from grappa.cli import build_parser, config_from_args
-    from grappa.rerun import check_rerun, saved_config
+    from grappa.app.cli import build_parser, config_from_args
+    from grappa.app.rerun import check_rerun, saved_config
     assert saved_config(first["run"]) is not None
     argv = first["argv"] + ["--metrics-port", "0", "--checkpoint-interval", "1", "--store-dir",
                             str(tmp_path), "--data-root", str(tmp_path), "--epochs", "9"]
@@ -133,7 +133,7 @@ def test_where_things_go_may_change_between_reruns(first, tmp_path):
 
 
 def test_more_epochs_extend_the_run_and_the_plot_marks_resume_and_best(first):
-    from grappa.report import history_figure
+    from grappa.app.report import history_figure
     run, argv = copy_of(first, "extended")
     res = train(argv + ["--epochs", "6"], run)
     assert res["rc"] == 0, res["err"][-3000:]
@@ -158,7 +158,7 @@ def test_start_over_trains_the_new_settings_from_scratch(first):
 
 
 def test_sampled_evaluation_is_labelled_as_such(tmp_path):
-    from grappa.report import history_figure, write_report
+    from grappa.app.report import history_figure, write_report
     history = [{"epoch": e, "loss": 1.0 / e, "round": 0, "train_acc": 0.5, "val_acc": 0.4 + e / 100,
                 "test_acc": 0.4} for e in range(1, 6)]
     config = {"training": {"mode": "mini-batch", "evalFraction": 0.1}}
@@ -169,7 +169,7 @@ def test_sampled_evaluation_is_labelled_as_such(tmp_path):
 
 
 def test_line_progress_prints_a_line_per_five_percent():
-    from grappa.progress import progress_bar
+    from grappa.util.progress_bar import progress_bar
     buf = io.StringIO()
     with progress_bar(1000, "epochs", "ep", file=buf) as bar:
         for _ in range(1000):

@@ -1,7 +1,7 @@
 import torch
 
-from grappa.coverage import coverage
-from grappa.models.block import Block
+from grappa.data.blocks import Block
+from grappa.strategies.grappa.coverage import coverage
 
 
 def csr(edge_index, n):
@@ -28,7 +28,7 @@ def test_complete_graph_has_full_coverage():
 
 def test_slabs_give_the_dense_result(monkeypatch):
     """Rows cut into many slabs (one edge each, and rows with no edges) change nothing."""
-    import grappa.coverage as cov_mod
+    import grappa.strategies.grappa.coverage as cov_mod
     g = torch.Generator().manual_seed(0)
     n, e = 40, 160
     ei = torch.randint(0, n, (2, e), generator=g)

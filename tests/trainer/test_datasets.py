@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from grappa.config import DatasetConfig, SyntheticConfig
-from grappa.data import DatasetError, describe, load_dataset
-from grappa.data.splits import per_class_split
+from grappa.data.datasets import describe, load_dataset
+from grappa.data.datasets.random_splits import per_class_split
+from grappa.data.errors import DatasetError
 
 # PyG's Planetoid and npz readers import scipy.
 needs_scipy = pytest.mark.skipif(

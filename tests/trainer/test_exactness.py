@@ -2,17 +2,17 @@
 import pytest
 import torch
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import ModelConfig, TrainConfig
-from grappa.coverage import coverage
-from grappa.data import load_dataset
-from grappa.local_graph import build_local_graph
+from grappa.data.datasets import load_dataset
+from grappa.data.local_graph import build_local_graph
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.preparation import prepare_store
 from grappa.models import GNN
-from grappa.prepare import prepare_store
-from grappa.reducer import combine
-from grappa.single import full_graph_gradient
-from grappa.step import contribution_from
-from grappa.strategies.grappa import full_graph_blocks
+from grappa.strategies.contribution import contribution_from
+from grappa.strategies.grappa.coverage import coverage
+from grappa.strategies.grappa.reducer import combine
+from grappa.strategies.grappa.strategy import full_graph_blocks
+from grappa.tasks.node_classification import full_graph_gradient
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def test_every_readme_command_parses_and_trains_runs_in_their_own_run_dirs(monke
     need hours or a download); no two `train` commands share a run directory."""
     import shlex
 
-    from grappa.cli import build_parser, config_from_args
+    from grappa.app.cli import build_parser, config_from_args
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # examples/ paths as written
     commands = readme_commands()
     assert len(commands) >= 8

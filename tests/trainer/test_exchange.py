@@ -14,9 +14,9 @@ import torch
 from grappa.config import TrainConfig, dump_config
 from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from grappa.runtime.exchange import StepOutcome
-from grappa.runtime.launcher import LocalJob
+from grappa.runtime.local_job import LocalJob
+from grappa.runtime.simulation import Simulation
 from grappa.runtime.transport import ring_allreduce_bytes
-from grappa.simulate import Simulation
 
 from previous_exchange import star_step
 from small_jobs import csbm_job

@@ -2,8 +2,8 @@
 import pytest
 
 from grappa.config import TrainConfig
-from grappa.data import load_dataset
-from grappa.fidelity import gradient_fidelity
+from grappa.data.datasets import load_dataset
+from grappa.strategies.grappa.fidelity import gradient_fidelity
 
 REDUCERS = (("UW", "none", 1.0), ("node l=1", "node", 1.0))
 

@@ -4,15 +4,15 @@ import json
 import pytest
 import torch
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
-from grappa.data import load_dataset
+from grappa.data.datasets import load_dataset
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.preparation import prepare_store
 from grappa.models import GNN
-from grappa.prepare import prepare_store
-from grappa.reducer import combine
-from grappa.rounds import RoundDecision
 from grappa.strategies import make_strategy
-from grappa.single import full_graph_gradient
+from grappa.strategies.grappa.reducer import combine
+from grappa.strategies.grappa.rounds import RoundDecision
+from grappa.tasks.node_classification import full_graph_gradient
 from threaded_shards import run_shards
 
 

@@ -4,13 +4,13 @@ import weakref
 
 import torch
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
-from grappa.local_graph import build_local_graph
+from grappa.data.local_graph import build_local_graph
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.preparation import prepare_store
 from grappa.models import GNN
-from grappa.prepare import prepare_store
-from grappa.rounds import RoundDecision, round_seed
 from grappa.strategies import base, make_strategy
+from grappa.strategies.grappa.rounds import RoundDecision, round_seed
 
 
 def test_round_switch_frees_the_old_round(tmp_path, monkeypatch):

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from grappa.cli import main
-from grappa.inference.launcher import run_local
-from grappa.inference.worker import KILL_AFTER_LAYER
-from grappa.model_file import load_model
-from grappa.runtime.launcher import LaunchError
+from grappa.app.cli import main
+from grappa.inference.local_predict import run_local
+from grappa.inference.predict_worker import KILL_AFTER_LAYER
+from grappa.models.model_file import load_model
+from grappa.runtime.local_job import LaunchError
 
 from inference_helpers import (job_for, load_outputs, model_file, reference_layers, run_in_threads,
                                small_store)
@@ -82,7 +82,7 @@ def test_an_old_model_file_is_refused_with_the_fix(store_cfg, tmp_path, capsys):
     cfg_file = tmp_path / "config.json"
     cfg_file.write_text(json.dumps({"config": json.loads(store_cfg.model_copy(update={
         "model": store_cfg.model.model_copy(update={"hidden": 16, "dropout": 0.0})}).model_dump_json(by_alias=True))}))
-    from grappa.model_file import main as model_file_main
+    from grappa.models.model_file import main as model_file_main
     assert model_file_main(["convert", str(old), "--config", str(cfg_file), "--out", str(tmp_path / "new.pt")]) == 0
     assert load_model(tmp_path / "new.pt").meta["model"]["arch"] == "gcn"
 
@@ -108,8 +108,8 @@ def test_evaluate_equals_the_training_reports_exact_test_accuracy(tmp_path, caps
     """Train (exact evaluation: the same layer-wise pass, rows through files), then score
     model.pt with `grappa evaluate` on the training store, with another P."""
     from grappa.config import TrainConfig
-    from grappa.prepare import prepare_store
-    from grappa.runtime.launcher import LocalJob
+    from grappa.data.store.preparation import prepare_store
+    from grappa.runtime.local_job import LocalJob
     cfg = TrainConfig.model_validate({
         "partitions": 2, "grappa": {"chunks": 4, "rounds": {"every": 1}},
         "dataset": {"name": "csbm", "synthetic": {"numNodes": 600, "numFeatures": 24}},
@@ -176,8 +176,8 @@ def test_readme_predict_example_runs_as_written(tmp_path):
 
 def test_grappa_single_writes_a_self_describing_model_file(tmp_path):
     from grappa.config import TrainConfig
-    from grappa.data import load_dataset
-    from grappa.single import train_single
+    from grappa.data.datasets import load_dataset
+    from grappa.runtime.single_process import train_single
     cfg = TrainConfig.model_validate({
         "dataset": {"name": "csbm", "synthetic": {"numNodes": 300, "numFeatures": 12}},
         "model": {"hidden": 8, "arch": "gat", "heads": 2}, "training": {"epochs": 2},
@@ -225,8 +225,8 @@ def test_a_block_gather_maps_one_chunks_rows_at_a_time(tmp_path):
     """A block's in-neighbours lie in every chunk; their row files are handed back chunk by chunk
     (layer_pass.gather), else a worker maps most of a layer at once (9.6 GB of RSS at RMAT-24).
     The rows gathered are still the source's."""
-    from grappa.chunks.store import ChunkStore
-    from grappa.inference.layer_pass import StoreGraph, gather
+    from grappa.data.store.chunk_store import ChunkStore
+    from grappa.models.layerwise import StoreGraph, gather
 
     class Tracked:
         def __init__(self, inner):

@@ -13,7 +13,8 @@ import torch
 
 import grappa
 from grappa.config import ModelConfig
-from grappa.models import GNN, Block, full_block
+from grappa.data.blocks import Block, full_block
+from grappa.models import GNN
 from grappa.models.gat import GATLayer
 from grappa.models.sparse_input import is_sparse
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from grappa.config import TrainConfig
-from grappa.runtime.launcher import LocalJob
+from grappa.runtime.local_job import LocalJob
 from small_jobs import csbm_job
 from grappa.models import GNN
-from grappa.params import num_buffer_values, num_params
+from grappa.models.params import num_buffer_values, num_params
 from grappa.runtime.exchange import SCALARS
 from grappa.runtime.transport import ring_allreduce_bytes
 
@@ -150,7 +150,7 @@ def test_cora_p4_reaches_075_test_accuracy(data_root, tmp_path):
 
 @pytest.mark.parametrize("mode,arch", [("full-graph", "gcn"), ("mini-batch", "gin")])
 def test_in_process_simulation_matches_the_multi_process_run(tmp_path, mode, arch):
-    from grappa.simulate import Simulation
+    from grappa.runtime.simulation import Simulation
     cfg = job(tmp_path, **{"training.mode": mode, "training.batchSize": 50, "model.arch": arch,
                            "training.epochs": 4, "grappa.rounds.every": 2, "grappa.correction": "node",
                            "training.evalMode": "exact"})  # the simulation evaluates exactly

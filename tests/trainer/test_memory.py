@@ -5,7 +5,7 @@ import textwrap
 
 import numpy as np
 
-from grappa.memory import PeakMemory, peak_rss_bytes, pss_bytes
+from grappa.util.process_memory import PeakMemory, peak_rss_bytes, pss_bytes
 
 MIB = 1 << 20
 

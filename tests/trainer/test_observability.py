@@ -3,11 +3,12 @@ import json
 import socket
 import urllib.request
 
-from grappa.kube import JobStatus
-from grappa.metrics import TrainerMetrics, metrics_port_for
-from grappa.report import write_report
-from grappa.rounds import Progress, RoundDecision
+from grappa.app.metrics import TrainerMetrics, metrics_port_for
+from grappa.app.report import write_report
+from grappa.runtime.job_progress import Progress
+from grappa.runtime.kube_status import JobStatus
 from grappa.runtime.transport import ByteCounter
+from grappa.strategies.grappa.rounds import RoundDecision
 
 
 def free_port() -> int:
@@ -49,7 +50,7 @@ def test_metrics_bind_all_interfaces_in_a_pod(monkeypatch):
 
 def test_metrics_bind_address_override(monkeypatch):
     seen = {}
-    monkeypatch.setattr("grappa.metrics.start_http_server", lambda port, addr, registry: seen.update(addr=addr))
+    monkeypatch.setattr("grappa.app.metrics.start_http_server", lambda port, addr, registry: seen.update(addr=addr))
     monkeypatch.setenv("GRAPPA_BIND_ADDRESS", "127.0.0.7")
     TrainerMetrics(rank=0).serve(1)
     assert seen["addr"] == "127.0.0.7"

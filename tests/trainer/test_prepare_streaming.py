@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from fake_ogb import make_arrays, write_dataset
-from grappa.chunks import ChunkStoreError, is_prepared, prepare
 from grappa.config import DatasetConfig, SyntheticConfig
-from grappa.data import load_dataset
-from grappa.sources import open_source
+from grappa.data.datasets import load_dataset
+from grappa.data.errors import ChunkStoreError
+from grappa.data.sources import open_source
+from grappa.data.store import is_prepared, prepare
 from store_reference import assert_same_store, read_store, reference_store, split_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,8 +122,8 @@ def test_streaming_rmat_equals_the_in_memory_generator(tmp_path, workers, block)
 def test_skewed_ranges_are_split_again_with_the_same_result(tmp_path, monkeypatch):
     """A range far over the block (as a skewed in-degree makes one) is re-spilled into narrower
     ranges, recursively; the store is the same."""
-    from grappa.chunks import finalise, writer
-    from grappa.sources.memory import from_data
+    from grappa.data.sources.in_memory import from_data
+    from grappa.data.store import finalise, writer
 
     data = load_dataset(DatasetConfig(name="csbm", synthetic=SyntheticConfig(num_nodes=1500)))
     codes = np.zeros(1500, np.uint8)
@@ -144,9 +145,9 @@ def test_skewed_ranges_are_split_again_with_the_same_result(tmp_path, monkeypatc
 
 PEAK_SCRIPT = textwrap.dedent("""
     import json, sys
-    from grappa.chunks import prepare
     from grappa.config import DatasetConfig
-    from grappa.sources import open_source
+    from grappa.data.sources import open_source
+    from grappa.data.store import prepare
     cfg = DatasetConfig.model_validate({"name": "arrays", "path": sys.argv[1]})
     m = prepare(open_source(cfg), sys.argv[2], 4, 0, {"t": 6}, block_edges=1 << 16, workers=1,
                 progress=False)
@@ -192,7 +193,7 @@ def test_failed_prepare_leaves_nothing_and_a_rerun_completes(tmp_path, monkeypat
     write_arrays(tmp_path / "g")
     cfg = arrays_config(tmp_path / "g")
     out = tmp_path / "store"
-    from grappa.chunks import writer
+    from grappa.data.store import writer
 
     def boom(*a, **kw):
         raise KeyboardInterrupt
@@ -215,7 +216,7 @@ def test_bad_edge_in_a_late_block_leaves_an_existing_store_untouched(tmp_path):
     np.save(tmp_path / "g" / "edges-0.npy", ei.astype(np.int32))
     with pytest.raises(ChunkStoreError, match="different job"):  # another seed: refused, kept
         prepare(open_source(cfg), tmp_path / "store", K, 2, {"t": 8}, progress=False)
-    from grappa.sources.errors import DatasetError
+    from grappa.data.errors import DatasetError
     with pytest.raises(DatasetError, match=r"edges-0.npy edge 3999: destination id 500 is outside \[0, 500\)"):
         prepare(open_source(cfg), tmp_path / "other", K, 1, {"t": 8}, block_edges=1024, progress=False)
     assert not (tmp_path / "other" / "manifest.json").exists()
@@ -242,7 +243,7 @@ def live_descendants() -> dict[int, str]:
                                         ("dying", r"worker process died .*prepare\.blockEdges")])
 def test_a_failing_worker_process_fails_the_prepare_cleanly(tmp_path, part, error):
     import dying_source
-    from grappa.sources.errors import DatasetError
+    from grappa.data.errors import DatasetError
 
     before = set(live_descendants())
     src = dying_source.source(dying_source.BadEdges() if part == "bad" else dying_source.DyingEdges())

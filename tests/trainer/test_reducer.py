@@ -1,7 +1,7 @@
 """Reducer algebra: shrinkage end points, self-normalisation by the weight sum."""
 import torch
 
-from grappa.reducer import combine, seed_weights, weighted_loss_sum
+from grappa.strategies.grappa.reducer import combine, seed_weights, weighted_loss_sum
 
 
 def per_seed_grads(n: int, dim: int = 5, seed: int = 0) -> torch.Tensor:

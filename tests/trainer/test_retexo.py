@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import ConfigError, TrainConfig, validate_config
+from grappa.data.local_graph import build_local_graph
+from grappa.data.store.assign import base_chunks
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.preparation import prepare_store
+from grappa.models.params import num_buffer_values, num_params
 from grappa.runtime.exchange import SCALARS
-from grappa.runtime.launcher import LocalJob
+from grappa.runtime.local_job import LocalJob
 from grappa.runtime.transport import ring_allreduce_bytes
-from grappa.local_graph import build_local_graph
-from grappa.params import num_buffer_values, num_params
-from grappa.prepare import prepare_store
 from grappa.strategies.retexo import build_stage_model, stage_epochs
-from grappa.rounds import base_chunks
 
 REPO = Path(__file__).resolve().parents[2]
 

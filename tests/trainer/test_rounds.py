@@ -1,6 +1,13 @@
 from grappa.config import PlateauConfig, RoundsConfig
-from grappa.rounds import (Progress, RoundDecision, ScheduleRounds, base_chunks, plateaued,
-                           round_seed, variable_chunk)
+from grappa.runtime.job_progress import Progress
+from grappa.strategies.grappa.rounds import (
+    RoundDecision,
+    ScheduleRounds,
+    plateaued,
+    round_seed,
+    variable_chunk,
+)
+from grappa.data.store.assign import base_chunks
 
 
 def test_sweep_visits_every_other_chunk_once_per_p_minus_1_rounds():

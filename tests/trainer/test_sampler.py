@@ -1,4 +1,4 @@
-"""Tests for the vectorised neighbour sampler (grappa.sampling)."""
+"""Tests for the vectorised neighbour sampler (grappa.data.sampling)."""
 from __future__ import annotations
 
 import itertools
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grappa.sampling import NeighborSampler, SampledSubgraph, batches
+from grappa.data.sampling import NeighborSampler, SampledSubgraph, batches
 
 
 def gen(seed: int) -> torch.Generator:

@@ -12,11 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from fake_ogb import make_arrays, write_dataset
-from grappa.chunks import prepare
 from grappa.config import DatasetConfig
-from grappa.sources import open_source
-from grappa.sources.download import download_ogb
-from grappa.sources.errors import DatasetError
+from grappa.data.errors import DatasetError
+from grappa.data.sources import open_source
+from grappa.data.sources.download import download_ogb
+from grappa.data.store import prepare
 
 N = 50
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from grappa.config import ModelConfig
-from grappa.models import GNN, full_block
+from grappa.data.blocks import full_block
+from grappa.models import GNN
 from grappa.models.sparse_input import compact_input, is_sparse
 
 

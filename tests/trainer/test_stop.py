@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from grappa.config import TrainConfig, dump_config
-from grappa.runtime.launcher import LocalJob
-from grappa.prepare import prepare_store
+from grappa.data.store.preparation import prepare_store
+from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from grappa.runtime.local_job import LocalJob
 from grappa.runtime.stop import EXIT_STOPPED
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 
-from grappa.strategies import varco
 from grappa.config import ConfigError, TrainConfig, validate_config
-from grappa.data import load_dataset
+from grappa.data.datasets import load_dataset
+from grappa.data.store.preparation import prepare_store
 from grappa.models import GNN
-from grappa.prepare import prepare_store
-from grappa.reducer import combine
+from grappa.strategies import varco
+from grappa.strategies.grappa.reducer import combine
 from threaded_shards import run_shards
 
 

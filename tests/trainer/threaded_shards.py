@@ -2,12 +2,12 @@
 memory (ThreadPeers): the full-communication paths without gloo."""
 import threading
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
-from grappa.fullcomm import ThreadPeers
+from grappa.data.store.chunk_store import ChunkStore
 from grappa.models import GNN
-from grappa.rounds import RoundDecision
 from grappa.strategies import make_strategy
+from grappa.strategies.full.halo_exchange import ThreadPeers
+from grappa.strategies.grappa.rounds import RoundDecision
 
 
 def run_shards(cfg: TrainConfig, state: dict, num_features: int, num_classes: int):

@@ -1,7 +1,17 @@
-"""Datasets: built-in PyG graphs, synthetic generators (CSBM, R-MAT) and user files."""
-from grappa.data.describe import describe
-from grappa.data.errors import DatasetError
-from grappa.data.loader import load_dataset
-from grappa.data.open import open_dataset
+"""The data path: a user's graph -> the chunk store -> a worker's local graph -> the blocks each
+step runs on -> the feature rows they read.
 
-__all__ = ["load_dataset", "open_dataset", "describe", "DatasetError"]
+| step | where |
+|---|---|
+| sources: every dataset as node blocks and edge parts, read in bounded memory (torch-free) | `sources/` |
+| whole in-memory datasets (built-ins, CSBM, R-MAT, a saved PyG Data) for one process | `datasets/` |
+| any dataset as a source, the one thing prepare reads | `open.py` |
+| the chunk store: seeded random chunks, written once (`preparation.py`, `writer.py`), read by every rank (`chunk_store.py`) | `store/` |
+| a worker's local graph for a round (base + variable chunk + halo, CSR) | `local_graph.py` |
+| blocks: what one layer runs on, cut for the seeds or sampled | `blocks.py`, `sampling/` |
+| feature rows, read from the store's memory maps on demand | `feature_rows.py` |
+| per-layer row files of every node (layer-wise inference, exact evaluation) | `rowfiles.py` |
+
+May import: `grappa.config`, `grappa.util`. A new data source is one module in `sources/`
+(streaming) opened by `sources.open_source`; the store, the workers and inference read it unchanged.
+"""

@@ -1,9 +1,12 @@
-"""Using a trained model: exact layer-wise inference over the chunk store, in bounded memory.
+"""Using a trained model: `grappa predict` / `grappa evaluate` as jobs, exact and in bounded memory.
 
-`grappa predict` / `grappa evaluate` (commands.py) start P worker processes (launcher.py,
-worker.py). Each computes the rows of the chunks it owns, one layer at a time and a bounded block
-of rows at a time (layer_pass.py), writing them as per-chunk row files (rowfiles.py) on the
-shared volume; the next layer reads its halo rows from those files. Nothing assembles a
-num_nodes x width tensor; the outputs are .npy files in the user's node numbering (outputs.py).
-Training's exact evaluation runs the same pass (exact_eval.py).
+The commands (`commands.py`) check the model against the graph and describe a job (`job.py`);
+P worker processes (`local_predict.py` locally; `pod.py` in a GrappaJob's pods) each run
+`predict_worker.py`: the rows of the chunks they own, one layer at a time and a bounded block of
+rows at a time (the models' layer-wise pass, models/layerwise.py), written as per-chunk row files
+(data/rowfiles.py) that the next layer reads its halo rows from. Nothing assembles a
+num_nodes x width tensor; the outputs are .npy files in the user's node numbering (`outputs.py`),
+progress is a status file per worker (`status.py`).
+
+May import: every room but `grappa.app`.
 """

@@ -50,12 +50,12 @@ def _dataset_given(args: argparse.Namespace) -> bool:
 
 def resolve_store(args: argparse.Namespace, cfg, meta: dict, out: Path):
     """The chunk store to run on, prepared if a dataset was given."""
-    from grappa.chunks.store import ChunkStore
     from grappa.config import ConfigError
+    from grappa.data.store.chunk_store import ChunkStore
     if args.store:
         return ChunkStore(args.store)
     if _dataset_given(args):
-        from grappa.prepare import prepare_store
+        from grappa.data.store.preparation import prepare_store
         if not cfg.store_dir:
             cfg = cfg.model_copy(update={"store_dir": str(out.parent / f"{out.name}-store")})
         prepare_store(cfg, progress=not args.quiet)
@@ -69,7 +69,7 @@ def resolve_store(args: argparse.Namespace, cfg, meta: dict, out: Path):
 
 
 def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate: bool) -> None:
-    from grappa.model_file import ModelFileError
+    from grappa.models.model_file import ModelFileError
     want, have = int(meta["num_features"]), int(manifest["num_features"])
     if want != have:
         raise ModelFileError(
@@ -88,9 +88,9 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     """The job after every check that needs no worker: the model fits the graph, the layer and
     the worker count exist."""
     from grappa.config import ConfigError
-    from grappa.model_file import store_fingerprint
     from grappa.inference.job import PredictJob
-    from grappa.inference.layer_pass import DEFAULT_BLOCK_EDGES
+    from grappa.models.layerwise import DEFAULT_BLOCK_EDGES
+    from grappa.models.model_file import store_fingerprint
     man = store.manifest
     check_fit(model, meta, man, store.path, evaluate)
     layers = int(meta["model"]["layers"])
@@ -112,7 +112,7 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
 
 def build_job(command: str, args: argparse.Namespace, cfg):
     from grappa.config import ConfigError
-    from grappa.model_file import read_meta
+    from grappa.models.model_file import read_meta
     meta, _ = read_meta(args.model)
     model_dir = Path(args.model).resolve().parent
     out = Path(args.out or model_dir / ("predictions" if command == "predict" else "evaluation"))
@@ -129,8 +129,8 @@ def build_job(command: str, args: argparse.Namespace, cfg):
 
 
 def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
-    from grappa.runtime.launcher import LaunchError
-    from grappa.inference.launcher import run_local
+    from grappa.inference.local_predict import run_local
+    from grappa.runtime.local_job import LaunchError
     job, num_nodes, layers = build_job(command, args, cfg)
     Path(job.out).mkdir(parents=True, exist_ok=True)
     try:

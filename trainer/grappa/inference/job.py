@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from grappa.inference.layer_pass import DEFAULT_BLOCK_EDGES
+from grappa.models.layerwise import DEFAULT_BLOCK_EDGES
 
 SCRATCH = ".grappa-work"
 EMBED_DTYPES = ("float16", "float32")

@@ -16,9 +16,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from grappa.data.rowfiles import LayerRows
 from grappa.inference.job import PredictJob
-from grappa.inference.layer_pass import StoreGraph
-from grappa.inference.rowfiles import LayerRows
+from grappa.models.layerwise import StoreGraph
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,18 @@ import time
 from pathlib import Path
 
 from grappa.config import ConfigError, load_config
-from grappa.runtime.stop import EXIT_STOPPED
 from grappa.inference.job import PredictJob
-from grappa.inference.worker import LAUNCHED, MANIFEST, run_worker, wait_until
+from grappa.inference.predict_worker import LAUNCHED, MANIFEST, run_worker, wait_until
+from grappa.runtime.exit_codes import EXIT_CANNOT_RUN, EXIT_CONFIG, cannot_run
+from grappa.runtime.stop import EXIT_STOPPED
 
 log = logging.getLogger("grappa.predict")
-EXIT_CONFIG, EXIT_CANNOT_RUN = 2, 3  # as `grappa` (cli.py): the operator fails the job for these
 
 
 def job_from_env() -> PredictJob:
-    from grappa.chunks.store import ChunkStore
-    from grappa.model_file import read_meta
+    from grappa.data.store.chunk_store import ChunkStore
     from grappa.inference.commands import new_job
+    from grappa.models.model_file import read_meta
     cfg = load_config()  # $GRAPPA_CONFIG: the dataset's store, the run directory, P
     spec = json.loads(os.environ["GRAPPA_PREDICT"])
     meta, _ = read_meta(spec["model"])
@@ -40,7 +40,7 @@ def job_from_env() -> PredictJob:
 
 
 def coordinate(job: PredictJob) -> dict:
-    from grappa.inference.launcher import prepare_scratch
+    from grappa.inference.local_predict import prepare_scratch
     out = Path(job.out)
     manifest = out / MANIFEST
     if not manifest.exists():  # else: published by an earlier attempt
@@ -57,8 +57,8 @@ def coordinate(job: PredictJob) -> dict:
 
 
 def report_result(m: dict) -> None:
-    from grappa.kube import JobStatus
-    from grappa.rounds import Progress
+    from grappa.runtime.job_progress import Progress
+    from grappa.runtime.kube_status import JobStatus
     ev = m.get("evaluation") or {}
     acc = {split: (ev.get(split) or {}).get("acc") for split in ("train", "val", "test")}
     JobStatus.from_env().report(Progress(train_acc=acc["train"], val_acc=acc["val"], test_acc=acc["test"],
@@ -95,8 +95,7 @@ def main(argv: list[str]) -> int:
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception as err:
-        from grappa.errors import CANNOT_RUN
-        if not isinstance(err, CANNOT_RUN):
+        if not isinstance(err, cannot_run()):
             raise
         print(f"grappa: error: {err}", file=sys.stderr)
         return EXIT_CANNOT_RUN

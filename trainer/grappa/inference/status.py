@@ -10,8 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from grappa.memory import PeakMemory
-
+from grappa.util.process_memory import PeakMemory
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 

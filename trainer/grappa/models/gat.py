@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.ops import dst_of_edges, edge_chunks, glorot_, per_head_matmul, segment_max, segment_sum
 
 

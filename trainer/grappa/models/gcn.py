@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.ops import Operator, block_matmul, cached, dst_of_edges, glorot_, operator
 
 

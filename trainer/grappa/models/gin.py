@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.ops import block_matmul, sum_operator
 from grappa.models.sparse_input import is_sparse
 

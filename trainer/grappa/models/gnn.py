@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from grappa.config import ModelConfig
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.dropout import dropout
 from grappa.models.gat import GATLayer
 from grappa.models.gcn import GCNLayer

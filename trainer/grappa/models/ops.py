@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.sparse_input import is_sparse
 
 # Per-edge loops (GAT's attention gradient) form (chunk x width) temporaries of this many elements:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from grappa.models.block import Block
+from grappa.data.blocks import Block
 from grappa.models.ops import block_matmul, mean_operator, rows
 from grappa.models.sparse_input import is_sparse
 

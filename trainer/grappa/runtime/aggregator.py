@@ -18,20 +18,22 @@ from typing import Optional
 
 import torch
 
+from grappa.config import TrainConfig, dump_config
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.models import GNN
+from grappa.models.model_file import describe as describe_model
+from grappa.models.model_file import save_model
+from grappa.models.params import flat_state, num_buffer_values, num_params
 from grappa.runtime import protocol as proto
 from grappa.runtime.checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
-from grappa.chunks.store import ChunkStore
-from grappa.config import TrainConfig, dump_config
-from grappa.model_file import describe as describe_model, save_model
-from grappa.models import GNN
-from grappa.memory import PeakMemory
-from grappa.params import flat_state, num_buffer_values, num_params
-from grappa.rounds import NullSink, Progress, ProgressSink, RoundDecision, RoundSource, round_seed
 from grappa.runtime.exchange import StepExchange
+from grappa.runtime.job_progress import NullSink, Progress, ProgressSink, RoundSource
 from grappa.runtime.replica import check_replicas, checksum, make_optimizer, optimizer_bytes
 from grappa.runtime.stop import SigtermWatch, StopRequested
 from grappa.runtime.transport import Link
 from grappa.runtime.worker import steps_per_epoch
+from grappa.strategies.grappa.rounds import RoundDecision, round_seed
+from grappa.util.process_memory import PeakMemory
 
 log = logging.getLogger("grappa.aggregator")
 

@@ -6,7 +6,6 @@ any thread while the training loop goes on changing the live model (stop.py, ent
 from __future__ import annotations
 
 import io
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+
+from grappa.util.files import atomic_write
 
 _NAME = re.compile(r"^epoch-(\d{6})\.pt$")
 
@@ -41,27 +42,6 @@ def write_checkpoint(run_dir: str | Path, epoch: int, payload: bytes, keep: int 
     for old in sorted(p for p in d.iterdir() if _NAME.match(p.name))[:-keep]:
         old.unlink(missing_ok=True)
     return path
-
-
-def atomic_write(path: Path, payload: bytes) -> None:
-    """Temp file, fsync, rename, fsync the folder: a crash or SIGKILL at any point leaves either
-    the old file or the new one, never a torn one (the rename is atomic, and durable once the
-    folder is synced)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Optional[Path]:

@@ -32,10 +32,10 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from grappa.params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
-from grappa.reducer import normalise
-from grappa.step import Contribution
+from grappa.models.params import flat_state, load_flat_state, num_buffer_values, num_params, set_grads
 from grappa.runtime.transport import Link
+from grappa.strategies.contribution import Contribution
+from grappa.strategies.grappa.reducer import normalise
 
 SCALARS = 5  # weight sum, loss sum, seeds, correct, stop
 _WEIGHT, _LOSS, _SEEDS, _CORRECT, _STOP = range(-SCALARS, 0)

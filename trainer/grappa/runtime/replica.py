@@ -17,7 +17,7 @@ import zlib
 import torch
 
 from grappa.config import TrainConfig
-from grappa.params import flat_state
+from grappa.models.params import flat_state
 from grappa.runtime.group import rank_name
 
 

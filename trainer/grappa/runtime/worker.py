@@ -4,7 +4,7 @@ Per step it joins one all-reduce with its contribution (gradient sum, weight sum
 and applies the summed update to its own replica (exchange.py); with strategy grappa nothing
 else crosses the network during training. Evaluation is exact: layer by layer over its base
 chunks with all in-edges, boundary rows read from the other workers' row files
-(inference/exact_eval.py).
+(runtime/exact_eval.py).
 """
 from __future__ import annotations
 
@@ -15,25 +15,26 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from grappa.runtime import protocol as proto
-from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
-from grappa.fullcomm import LinkPeers
-from grappa.idhash import hash64, hash_key
-from grappa.memory import PeakMemory
+from grappa.data.idhash import hash64, hash_key
+from grappa.data.sampling.store_sampler import StoreSampler
+from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.data.store.chunk_store import ChunkStore
 from grappa.models import GNN
-from grappa.params import load_flat_state, num_buffer_values, num_params
-from grappa.rounds import RoundDecision
-from grappa.sampling.store_sampler import StoreSampler
-from grappa.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from grappa.strategies import epoch_seed, make_strategy, strategy_class
+from grappa.models.params import load_flat_state, num_buffer_values, num_params
+from grappa.runtime import protocol as proto
 from grappa.runtime.exchange import StepExchange
 from grappa.runtime.replica import checksum, load_optimizer_bytes, make_optimizer
 from grappa.runtime.stop import Stopped
 from grappa.runtime.transport import Link
+from grappa.strategies import make_strategy, strategy_class
+from grappa.strategies.base import epoch_seed
+from grappa.strategies.full.halo_exchange import LinkPeers
+from grappa.strategies.grappa.rounds import RoundDecision
+from grappa.tasks.node_classification import split_stats
+from grappa.util.process_memory import PeakMemory
 
 # Reading PSS walks every mapping (14-21 ms of CPU with torch and the store mapped), so a worker
 # reads it in the background every few seconds and at each epoch's report, never per step.
@@ -67,7 +68,7 @@ class Worker:
             self.eval_nodes = sampled_eval_nodes(self.store, self.shard.base, self.cfg)
             self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
             return
-        from grappa.inference.exact_eval import LayerwiseEvaluation
+        from grappa.runtime.exact_eval import LayerwiseEvaluation
         self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base, Path(self.cfg.run_dir) / "eval-layers")
 
     def receive_params(self) -> None:
@@ -187,20 +188,6 @@ class Worker:
                 self.setup_round(RoundDecision(int(rnd), int(seed), int(epoch)))
             elif cmd == proto.CMD_EPOCH:
                 self.epoch_command(int(epoch), int(steps), float(wbar), bool(do_eval))
-
-
-def split_stats(logits: Tensor, y: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
-    """Evaluation stats message (protocol.py): loss sum, correct, count per split, over the rows
-    of `logits` (the first len(logits) nodes of the masks)."""
-    n, stats = logits.shape[0], []
-    for mask in masks:
-        m = mask[:n]
-        if m.any():
-            stats += [float(F.cross_entropy(logits[m], y[:n][m], reduction="sum")),
-                      float((logits[m].argmax(1) == y[:n][m]).sum()), float(m.sum())]
-        else:
-            stats += [0.0, 0.0, 0.0]
-    return torch.tensor(stats, dtype=torch.float64)
 
 
 _EVAL_SUBSET_STREAM = 0x4556  # hash stream of the evaluation subset, apart from the chunk hash's

@@ -5,8 +5,9 @@ strategies that repartition) and derives what its steps need; per step it comput
 `Contribution`: the gradient of its weighted loss sum and the weight sum. What crosses the
 network per step is the strategy's business (nothing for Grappa; halo rows for full and VARCO).
 The aggregator side is the same reducer for all (sum of gradients over sum of weights,
-reducer.py); a strategy that drives training differently (RETEXO's stages) names its own worker
-and aggregator loops. A fifth strategy is one new module registered in strategies/__init__.py.
+strategies/grappa/reducer.py); a strategy that trains stage by stage (RETEXO) says so and the
+runtime drives it with its stage loops (runtime/stages.py). A fifth strategy is one new module
+registered in strategies/__init__.py.
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from typing import ClassVar, Optional
 import torch
 from torch import Tensor
 
-from grappa.chunks.store import ChunkStore
 from grappa.config import TrainConfig
-from grappa.local_graph import LocalGraph, build_local_graph
-from grappa.memory import release_free_memory
+from grappa.data.local_graph import LocalGraph, build_local_graph
+from grappa.data.store.assign import base_chunks
+from grappa.data.store.chunk_store import ChunkStore
 from grappa.models import GNN
-from grappa.rounds import RoundDecision, base_chunks
-from grappa.step import Contribution
+from grappa.strategies.contribution import Contribution
+from grappa.strategies.grappa.rounds import RoundDecision
+from grappa.util.process_memory import release_free_memory
 
 log = logging.getLogger("grappa.runtime.worker")
 
@@ -49,6 +51,7 @@ class Strategy(ABC):
     name: ClassVar[str]
     repartitions: ClassVar[bool] = False  # rounds move a variable chunk (Grappa only)
     needs_peers: ClassVar[bool] = False   # exchanges rows with other workers every step
+    trains_in_stages: ClassVar[bool] = False  # layer by layer (RETEXO): runtime/stages.py's loops
 
     def __init__(self, cfg: TrainConfig, rank: int, store: ChunkStore, model: GNN, peers=None) -> None:
         if self.needs_peers and peers is None:

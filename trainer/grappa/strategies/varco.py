@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from grappa.strategies.full import FullStrategy
+from grappa.strategies.full.strategy import FullStrategy
 
 
 def rate(step: int, r_max: float, r_min: float, s: float, total_steps: int) -> float:

@@ -1,0 +1,245 @@
+"""Command line: `grappa prepare | train | single | predict | evaluate | aggregator | worker`.
+
+Configuration comes from `--config FILE` and/or flags (flags win), or from $GRAPPA_CONFIG in pods.
+Exit codes: 0 ok, 1 failure, 2 invalid configuration (also a run directory holding another
+run), 3 the job cannot run with this data or cannot write where it must,
+143 stopped by SIGTERM with the last completed epoch checkpointed (retryable: resume continues).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from grappa.config import ConfigError, TrainConfig, load_config
+from grappa.inference.commands import INFERENCE_COMMANDS, run_inference
+from grappa.runtime.exit_codes import EXIT_CANNOT_RUN, EXIT_CONFIG, EXIT_CRASH, cannot_run, group_failed
+from grappa.runtime.stop import EXIT_STOPPED, Stopped
+from grappa.util.files import ensure_writable
+
+# flag -> dotted config field
+FLAGS = {
+    "strategy": ("strategy", str), "partitions": ("partitions", int), "dataset": ("dataset.name", str),
+    "data_root": ("dataset.root", str), "download": ("dataset.download", None),
+    "arch": ("model.arch", str), "layers": ("model.layers", int), "hidden": ("model.hidden", int),
+    "dropout": ("model.dropout", float), "mode": ("training.mode", str),
+    "epochs": ("training.epochs", int), "batch_size": ("training.batch_size", int),
+    "lr": ("training.lr", float), "seed": ("training.seed", int),
+    "eval_every": ("training.eval_every", int), "correction": ("grappa.correction", str),
+    "shrinkage": ("grappa.shrinkage", float), "chunks": ("grappa.chunks", int),
+    "partition_seed": ("grappa.partition_seed", int), "rounds_every": ("grappa.rounds.every", int),
+    "pairing": ("grappa.rounds.pairing", str), "checkpoint_interval": ("checkpoint.interval", int),
+    "run_dir": ("run_dir", str), "store_dir": ("store_dir", str), "metrics_port": ("metrics_port", int),
+    "feature_dtype": ("dataset.feature_dtype", str), "block_edges": ("prepare.block_edges", int),
+    "prepare_workers": ("prepare.workers", int),
+}
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML or JSON file with a TrainConfig (fields: trainer/grappa/config.py)")
+    for name, (field, typ) in FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        if typ is None:
+            p.add_argument(flag, action="store_true", default=None, help=f"sets {field}")
+        else:
+            p.add_argument(flag, type=typ, help=f"sets {field}")
+    p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any config field, dotted (e.g. --set dataset.synthetic.num_nodes=20000)")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    overrides: dict = {}
+    for name, (field, _) in FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[field] = value
+    if getattr(args, "fanouts", None):
+        try:
+            overrides["training.fanouts"] = [int(v) for v in args.fanouts.split(",")]
+        except ValueError:
+            raise ConfigError(f"--fanouts {args.fanouts!r}: give integers separated by commas, e.g. 15,10,5") from None
+    for item in getattr(args, "set", []):
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. grappa.shrinkage=0.5")
+        key, value = item.split("=", 1)
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); quote it "
+                              f"(--set '{key.strip()}=\"...\"') or fix the brackets") from None
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=os.environ.get("GRAPPA_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    threads = os.environ.get("GRAPPA_THREADS")
+    if threads:
+        import torch
+        torch.set_num_threads(int(threads))
+
+
+def report_error(err: Exception) -> None:
+    """The one `grappa: error:` line on stderr and, in a pod, as the container's termination
+    message, which the operator makes the job's status message (no log tail, no progress bars).
+    The kubelet creates the file in every container; it is absent outside a pod."""
+    text = f"grappa: error: {err}"
+    print(text, file=sys.stderr)
+    path = os.environ.get("GRAPPA_TERMINATION_LOG", "/dev/termination-log")
+    if os.path.isfile(path) and os.access(path, os.W_OK):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.encode()[:4096].decode(errors="ignore"))  # the kubelet keeps 4096 bytes
+
+
+def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
+    from grappa.data.store.preparation import prepare_store
+    manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
+    print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
+          f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
+    run = manifest.get("prepare")
+    if run:  # how the store was made (also when it was made earlier)
+        peak = run["peak_rss_bytes"]["parent"] + sum(run["peak_rss_bytes"]["workers"])
+        print(f"prepared in {run['seconds']:.1f} s with {run['workers']} worker(s); peak memory "
+              f"{peak / 2**30:.2f} GiB at most (parent + workers)")
+    return 0
+
+
+def claim_run_dir(cfg: TrainConfig, fresh: bool = False) -> None:
+    """The run directory is writable, and holds no other run (or, with --start-over, no run)."""
+    from grappa.app.rerun import check_rerun, start_over
+    ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+    if fresh:
+        removed = start_over(Path(cfg.run_dir))
+        if removed:
+            print(f"grappa: --start-over: removed {', '.join(removed)} from {cfg.run_dir}", file=sys.stderr)
+    else:
+        check_rerun(cfg)
+
+
+def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
+    from grappa.data.store.preparation import prepare_store
+    from grappa.runtime.local_job import LaunchError, LocalJob
+    print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
+    prepare_store(cfg, progress=True, reprepare=reprepare)
+    method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
+              if cfg.strategy == "grappa" else f"strategy {cfg.strategy}, fixed partitions")
+    print(f"grappa: training {cfg.model.arch.upper()} x{cfg.model.layers} on {cfg.dataset.name} "
+          f"with P={cfg.partitions} workers ({cfg.training.mode}, {method}); logs in {cfg.run_dir}/logs",
+          file=sys.stderr)
+    try:
+        report = LocalJob(cfg).run()
+    except LaunchError as err:
+        report_error(err)
+        return 1
+    print_result(report["result"], report, cfg.run_dir)
+    return 0
+
+
+def print_result(result: dict, report: dict, run_dir: str) -> None:
+    acc = result.get("test_acc")
+    mb = (report.get("train_bytes_total", 0) + report.get("fetch_bytes_total", 0)) / 1e6
+    print(f"final test accuracy {acc:.4f} (best validation {result['best_val']:.4f} at epoch "
+          f"{result['best_epoch']}); training traffic {mb:.1f} MB; report {run_dir}/report.json, "
+          f"plot {run_dir}/training.png")
+
+
+def cmd_single(cfg: TrainConfig) -> int:
+    from grappa.app.report import write_report
+    from grappa.data.datasets import load_dataset
+    from grappa.runtime.single_process import train_single
+    from grappa.util.progress_bar import progress_bar
+    data = load_dataset(cfg.dataset)
+    with progress_bar(cfg.training.epochs, "epochs", "ep") as bar:
+        def tick(rec: dict) -> None:
+            bar.update(1)
+            if rec.get("val_acc") is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", val=f"{rec['val_acc']:.3f}")
+        result, history = train_single(cfg, data, on_epoch=tick)
+    report_path = write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), history, result,
+                               extra={"evaluation": "exact evaluation, full graph"})
+    print_result(result, json.loads(report_path.read_text()), cfg.run_dir)
+    return 0
+
+
+def cmd_aggregator(cfg: TrainConfig) -> int:
+    from grappa.app.roles import run_aggregator
+    run_aggregator(cfg)
+    return 0
+
+
+def cmd_worker(cfg: TrainConfig) -> int:
+    from grappa.app.roles import run_worker
+    run_worker(cfg)
+    return 0
+
+
+COMMANDS = {
+    "prepare": ("write the chunk store for a job (idempotent)", cmd_prepare),
+    "train": ("run a Grappa job locally: aggregator + P workers on 127.0.0.1", cmd_train),
+    "single": ("single-process full-graph baseline (no partitions)", cmd_single),
+    "aggregator": ("run rank 0 (used by pods and the local launcher)", cmd_aggregator),
+    "worker": ("run a worker rank (used by pods and the local launcher)", cmd_worker),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grappa", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, _) in COMMANDS.items():
+        add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
+    sub.choices["train"].add_argument(
+        "--start-over", action="store_true",
+        help="delete the run directory's results (not its chunk store) and train from scratch")
+    for name in ("prepare", "train"):
+        sub.choices[name].add_argument(
+            "--reprepare", action="store_true",
+            help="prepare the chunk store again when the dataset's files changed since it was made")
+    for name, (help_text, add_arguments) in INFERENCE_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_config_flags(p)  # the graph to run on: --dataset, --config, --set dataset.*
+        add_arguments(p)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        if args.command not in ("aggregator", "worker"):
+            setup_logging()
+        if args.command in INFERENCE_COMMANDS:
+            return run_inference(args.command, cfg, args)
+        if args.command == "train":
+            claim_run_dir(cfg, fresh=args.start_over)
+        elif args.command in ("single", "aggregator"):
+            ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+        extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
+        return COMMANDS[args.command][1](cfg, **extra)
+    except ConfigError as err:
+        report_error(err)
+        return EXIT_CONFIG
+    except Stopped as err:  # SIGTERM, the last completed epoch saved (logged where it happened)
+        if str(err):
+            print(f"grappa: {err}", file=sys.stderr)
+        # No interpreter teardown: destroying a gloo group whose peers are gone holds the GIL
+        # for seconds (measured ~4 s), time the grace period should not pay for.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_STOPPED)
+    except Exception as err:
+        if isinstance(err, group_failed()):  # another rank died, froze or diverged: retryable
+            report_error(err)
+            return EXIT_CRASH
+        if not isinstance(err, cannot_run()):
+            raise
+        report_error(err)
+        return EXIT_CANNOT_RUN

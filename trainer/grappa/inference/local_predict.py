@@ -1,0 +1,109 @@
+"""`grappa predict` / `grappa evaluate` on one machine: P worker processes and a progress bar.
+
+The same workers run as pods on Kubernetes (one per rank, the scratch folder on the job's
+volume). A failed worker stops the others and names its rank and log; a rerun resumes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from grappa.inference.job import PredictJob
+from grappa.inference.predict_worker import LAUNCHED, MANIFEST
+from grappa.inference.status import read_status, status_file
+from grappa.runtime.local_job import LaunchError, die_with, tail
+
+
+def prepare_scratch(job: PredictJob, clear_status: bool = True) -> bool:
+    """Create or reuse the scratch folder; True when resuming the same job. A status left by an
+    earlier attempt is dropped unless the workers may be running already (pods)."""
+    scratch = job.scratch
+    if job.path.exists():
+        if job.path.read_text() == job.to_json():
+            for r in range(job.workers if clear_status else 0):
+                status_file(scratch, r).unlink(missing_ok=True)
+            return True
+        shutil.rmtree(scratch)  # another job's partial work: nothing of it is reusable
+    scratch.mkdir(parents=True, exist_ok=True)
+    tmp = job.path.with_suffix(".tmp")
+    tmp.write_text(job.to_json())
+    os.replace(tmp, job.path)
+    return False
+
+
+def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = True,
+              threads: Optional[int] = None) -> Path:
+    """Run the job to completion; returns the published manifest's path."""
+    resumed = prepare_scratch(job)
+    (job.scratch / LAUNCHED).write_text(repr(time.time()))  # this attempt's start, for the wall time
+    if resumed and progress:
+        print(f"grappa: resuming the unfinished run in {job.scratch}", file=sys.stderr)
+    logs = job.scratch / "logs"
+    logs.mkdir(exist_ok=True)
+    threads = threads or max(1, (os.cpu_count() or 1) // job.workers)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GRAPPA_THREADS": str(threads)}
+    procs = []
+    for rank in range(job.workers):
+        with open(logs / f"worker-{rank}.log", "ab") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "grappa.inference.predict_worker", str(job.path), str(rank)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=die_with(os.getpid())))
+    try:
+        _watch(job, procs, logs, num_nodes, layers, progress)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    manifest = Path(job.out) / MANIFEST
+    if not manifest.exists():
+        raise LaunchError(f"every worker exited 0 but {manifest} was not written")
+    return manifest
+
+
+def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, progress: bool) -> None:
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=num_nodes * layers, desc="predict", unit="rows", unit_scale=True, dynamic_ncols=True)
+    done_before, started = 0, time.monotonic()
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                rank, code = failed[0]
+                raise LaunchError(
+                    f"predict worker {rank} exited with code {code}; stopped the others. Run the same "
+                    f"command again to resume from the completed layers.\nlast lines of "
+                    f"{logs / f'worker-{rank}.log'}:\n{tail(logs / f'worker-{rank}.log')}")
+            if bar is not None:
+                states = [read_status(job.scratch, r) for r in range(job.workers)]
+                n = sum(_rows_done(s) for s in states)
+                bar.update(max(0, n - done_before))
+                done_before = max(done_before, n)
+                # rows count once per layer: nodes/s is the rate of whole nodes through all layers
+                bar.set_postfix(nodes_per_s=f"{n / layers / max(time.monotonic() - started, 1e-9):,.0f}")
+            if all(c == 0 for c in codes):
+                return
+            time.sleep(0.2)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _rows_done(s: dict) -> int:
+    """Rows computed by one worker over every layer so far (a layer counts its own rows)."""
+    if not s:
+        return 0
+    per_layer = s.get("rows_total", 0)
+    if s.get("phase") in ("assemble", "done"):
+        return per_layer * s.get("layer", 0)
+    return per_layer * (s.get("layer", 1) - 1) + s.get("rows", 0)

@@ -1,0 +1,192 @@
+"""The self-describing model file: `model.pt`, and the `describe` entry of every checkpoint.
+
+A model file rebuilds the model without the run's config: architecture, layers, widths, heads,
+class count, the input feature width and dtype, the training strategy, the dataset's identity,
+the chunk store's fingerprint and the Grappa version, next to the parameters. It is a plain
+`torch.save` of a dict, so `torch.load(path)["state_dict"]` also works without Grappa.
+
+Files written before this format (a bare state dict) are refused with the fix: convert them with
+the run's config (`python -m grappa.model_file convert OLD.pt --config run/report.json`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from grappa.config import ConfigError
+
+FORMAT = "grappa-model"
+VERSION = 1
+
+
+class ModelFileError(ConfigError):
+    """A model file that cannot be used as asked; the message names the file and the fix."""
+
+
+def store_fingerprint(manifest: dict) -> str:
+    """What identifies a chunk store's content: its identity and every file's checksum."""
+    files = [sorted((name, e["sha256"]) for name, e in c["files"].items()) for c in manifest["chunks"]]
+    key = {"source": manifest.get("source"), "num_chunks": manifest["num_chunks"],
+           "seed": manifest.get("seed"), "num_nodes": manifest["num_nodes"], "files": files}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe(cfg, num_features: int, num_classes: int, widths: list[int],
+             manifest: Optional[dict] = None) -> dict[str, Any]:
+    """Everything but the parameters. `manifest`: the chunk store's (None for `grappa single`,
+    which trains on the dataset in memory)."""
+    from grappa import __version__
+    from grappa.data.store.preparation import store_source
+    m = cfg.model
+    return {
+        "format": FORMAT, "version": VERSION, "grappa_version": __version__,
+        "model": {"arch": m.arch, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
+                  "dropout": m.dropout},
+        "widths": list(widths), "num_features": int(num_features), "num_classes": int(num_classes),
+        "feature_dtype": manifest["feature_dtype"] if manifest else "float32",
+        "strategy": cfg.strategy if manifest else "single",
+        "dataset": store_source(cfg),
+        "store": ({"path": str(cfg.store_path), "fingerprint": store_fingerprint(manifest),
+                   "num_nodes": int(manifest["num_nodes"]), "num_chunks": int(manifest["num_chunks"])}
+                  if manifest else None),
+    }
+
+
+def model_record(meta: dict, state_dict: dict) -> dict[str, Any]:
+    return {**meta, "state_dict": state_dict}
+
+
+def save_model(path: str | Path, meta: dict, state_dict: dict) -> Path:
+    """Write atomically: a reader never sees half a model."""
+    import io
+
+    import torch
+
+    from grappa.util.files import atomic_write
+    buf = io.BytesIO()
+    torch.save(model_record(meta, state_dict), buf)
+    path = Path(path)
+    atomic_write(path, buf.getvalue())
+    return path
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    meta: dict
+    model: Any  # grappa.models.GNN in eval mode, the file's parameters loaded
+
+    @property
+    def num_features(self) -> int:
+        return int(self.meta["num_features"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    @property
+    def widths(self) -> list[int]:
+        return list(self.meta["widths"])
+
+
+def _convert_hint(path: Path) -> str:
+    return (f"convert it with the run's config: `python -m grappa.model_file convert {path} "
+            f"--config RUN_DIR/report.json`, or train again with this Grappa")
+
+
+def read_meta(path: str | Path) -> tuple[dict, dict]:
+    """(description, state dict) of a model file or a checkpoint; refuses anything else."""
+    import torch
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"model file {path} does not exist (a finished run writes RUN_DIR/model.pt)")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise ModelFileError(f"model file {path} cannot be read ({err}); it is not a Grappa model file") from None
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        rec = obj
+    elif isinstance(obj, dict) and isinstance(obj.get("describe"), dict) and "model" in obj:
+        rec = {**obj["describe"], "state_dict": obj["model"]}  # a training checkpoint
+    elif isinstance(obj, dict) and obj and all(isinstance(k, str) for k in obj) and \
+            all(hasattr(v, "shape") for v in obj.values()):
+        raise ModelFileError(
+            f"model file {path} is a bare state dict from an older Grappa: it does not say which "
+            f"model it is (architecture, widths, classes); {_convert_hint(path)}")
+    elif isinstance(obj, dict) and "model" in obj and "optimizer" in obj:
+        raise ModelFileError(f"{path} is a checkpoint from an older Grappa, without a model "
+                             f"description; {_convert_hint(path)}")
+    else:
+        raise ModelFileError(f"model file {path} is not a Grappa model file (no '{FORMAT}' record); "
+                             f"{_convert_hint(path)}")
+    if rec.get("version", 0) > VERSION:
+        raise ModelFileError(f"model file {path} has format version {rec['version']}, newer than this "
+                             f"Grappa reads ({VERSION}); upgrade Grappa")
+    if rec.get("strategy") == "retexo":
+        raise ModelFileError(
+            f"model file {path} holds the last RETEXO stage only (the stages' layers are saved as "
+            "RUN_DIR/stage-*.pt); predictions need a model trained with strategy grappa, full or "
+            "varco, or `grappa single`")
+    state = rec.pop("state_dict")
+    return rec, state
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """The model of a model file or checkpoint, rebuilt from its description, in eval mode."""
+    from grappa.config import ModelConfig
+    from grappa.models import GNN
+    meta, state = read_meta(path)
+    model = GNN(ModelConfig(**meta["model"]), int(meta["num_features"]), int(meta["num_classes"]))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ModelFileError(f"model file {path}: the parameters do not fit the model it describes "
+                             f"({err}); the file is damaged: use another checkpoint") from None
+    model.eval()
+    return LoadedModel(Path(path), meta, model)
+
+
+def convert(old: Path, config: Path, out: Path) -> Path:
+    """An older bare state dict + the run's config (a config file or report.json) -> a model file.
+    The class count and feature width come from the run's chunk store, which must still exist."""
+    import torch
+
+    from grappa.config import validate_config
+    from grappa.data.store.chunk_store import ChunkStore
+    from grappa.models import GNN
+    data = json.loads(config.read_text()) if config.suffix == ".json" else None
+    if data is None:
+        import yaml
+        data = yaml.safe_load(config.read_text())
+    cfg = validate_config(data.get("config", data) if isinstance(data, dict) else data, str(config))
+    manifest = ChunkStore(cfg.store_path).manifest
+    state = torch.load(old, map_location="cpu", weights_only=False)
+    if "model" in state and "optimizer" in state:  # an older checkpoint: its parameters
+        state = state["model"]
+    model = GNN(cfg.model, manifest["num_features"], manifest["num_classes"])
+    model.load_state_dict(state)
+    meta = describe(cfg, manifest["num_features"], manifest["num_classes"], model.widths, manifest)
+    return save_model(out, meta, model.state_dict())
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m grappa.model_file",
+                                description="convert an older model.pt (a bare state dict)")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("convert", help="write a self-describing model file from an old one")
+    c.add_argument("old", type=Path)
+    c.add_argument("--config", type=Path, required=True, help="the run's config or report.json")
+    c.add_argument("--out", type=Path, help="default: OLD with .v1.pt")
+    args = p.parse_args(argv)
+    out = convert(args.old, args.config, args.out or args.old.with_suffix(".v1.pt"))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""`grappa train`: the aggregator and P workers as local processes on 127.0.0.1.
+
+Same entry points as the Kubernetes pods. Shows a progress bar from the aggregator's per-epoch
+JSON lines; if any process fails, stops every other one and exits non-zero naming the rank.
+SIGTERM to the launcher goes on to every process, as Kubernetes does to every pod: the aggregator
+checkpoints its last completed epoch, and the launcher exits 143 (stop.EXIT_STOPPED) once it has.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional, Protocol
+
+from grappa.config import TrainConfig, dump_config
+from grappa.runtime.stop import EXIT_STOPPED, Stopped
+
+# How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
+# one checkpoint write at most; this leaves room for a slow disk.
+STOP_GRACE_S = 30.0
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+class _Terminated(Exception):
+    """The launcher itself got SIGTERM."""
+
+
+def _raise_terminated(*_) -> None:
+    raise _Terminated()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def role(rank: int) -> str:
+    return "aggregator (rank 0)" if rank == 0 else f"worker {rank - 1} (rank {rank})"
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Placement(Protocol):
+    master_addr: str
+    env: dict[str, str]
+
+    def prefix(self, rank: int) -> list[str]: ...
+
+
+def die_with(parent: int):
+    """A preexec_fn: the child gets SIGTERM when the launcher dies, even by SIGKILL, which no
+    `finally` can catch (Linux only). Its own session keeps it from the terminal's Ctrl-C, so
+    this is its only tie to the launcher. prctl is looked up here, before the fork: the child
+    should do as little as possible between fork and exec."""
+    try:
+        prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        prctl = None
+
+    def hook() -> None:
+        if prctl is None:
+            return
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the launcher was already gone before prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+    return hook
+
+
+class LocalJob:
+    """`placement` (optional) runs ranks elsewhere than on loopback, e.g. one network namespace
+    each: it maps a rank to a command prefix, and gives the aggregator's address and extra env."""
+
+    def __init__(self, cfg: TrainConfig, progress: bool = True, threads: Optional[int] = None,
+                 placement: Optional["Placement"] = None):
+        self.cfg = cfg
+        self.placement = placement
+        self.progress = progress
+        self.world = cfg.partitions + 1
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.world)
+        self.run_dir = Path(cfg.run_dir)
+        self.log_dir = self.run_dir / "logs"
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        place = self.placement
+        base_env = {**os.environ, "GRAPPA_CONFIG": dump_config(self.cfg),
+                    "MASTER_ADDR": place.master_addr if place else "127.0.0.1",
+                    "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world),
+                    "OMP_NUM_THREADS": str(self.threads), "GRAPPA_THREADS": str(self.threads),
+                    "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+                    # On loopback, the rendezvous store and metrics listen there only (rendezvous.py)
+                    **(place.env if place else {"GRAPPA_RENDEZVOUS_ADDRESS": "127.0.0.1",
+                                                "GRAPPA_BIND_ADDRESS": "127.0.0.1"})}
+        base_env.pop("GRAPPA_JOB_NAME", None)  # local runs take rounds from the config
+        for rank in range(self.world):
+            cmd = [sys.executable, "-m", "grappa", "aggregator" if rank == 0 else "worker"]
+            if place:
+                cmd = place.prefix(rank) + cmd
+            log = open(self.log_dir / f"rank-{rank}.log", "ab")
+            self.procs.append(subprocess.Popen(
+                cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=die_with(os.getpid())))
+            log.close()
+        # Which process is which rank, for people (and tests) who need to signal one.
+        (self.run_dir / "pids.json").write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
+
+    def stop_all(self, grace: float = STOP_GRACE_S) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def watch(self) -> None:
+        metrics = self.run_dir / "metrics.jsonl"
+        offset = metrics.stat().st_size if metrics.exists() else 0
+        bar = None
+        if self.progress:
+            from grappa.util.progress_bar import progress_bar
+            bar = progress_bar(self.cfg.training.epochs, "epochs", "ep", dynamic_ncols=True)
+        try:
+            while True:
+                offset = self._advance(metrics, offset, bar)
+                # Workers first: one that failed because the aggregator left is then always seen
+                # together with the aggregator's exit, which decides what happened.
+                codes = [p.poll() for p in reversed(self.procs)][::-1]
+                failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    rank, code = failed[0]
+                    self.stop_all()
+                    if rank == 0 and code == EXIT_STOPPED:  # someone sent the aggregator SIGTERM
+                        raise Stopped(self.stopped_message("the aggregator got SIGTERM"))
+                    raise LaunchError(
+                        f"{role(rank)} exited with code {code}; stopped the other processes.\n"
+                        f"last lines of {self.log_dir / f'rank-{rank}.log'}:\n"
+                        f"{tail(self.log_dir / f'rank-{rank}.log')}")
+                if all(c == 0 for c in codes):
+                    self._advance(metrics, offset, bar)
+                    return
+                time.sleep(0.3)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    @staticmethod
+    def _advance(metrics: Path, offset: int, bar) -> int:
+        if not metrics.exists():
+            return offset
+        with open(metrics) as f:
+            f.seek(offset)
+            chunk = f.read()
+        complete = chunk[:chunk.rfind("\n") + 1]
+        for line in complete.splitlines():
+            rec = json.loads(line)
+            if bar is None:
+                continue
+            if rec.get("event") == "resume":
+                bar.n = rec["epoch"]
+            elif "event" not in rec and "epoch" in rec:  # an epoch's record (events: resume, stop)
+                bar.n = rec["epoch"]
+                post = {"round": rec["round"], "loss": f"{rec['loss']:.3f}"}
+                if rec.get("val_acc") is not None:
+                    post["val"] = f"{rec['val_acc']:.3f}"
+                bar.set_postfix(post)
+            bar.refresh()
+        return offset + len(complete.encode())
+
+    def stopped_message(self, why: str) -> str:
+        code = self.procs[0].returncode if self.procs else None
+        if code != EXIT_STOPPED:
+            return f"{why}; the aggregator exited with code {code}: see {self.log_dir / 'rank-0.log'}"
+        return (f"{why}; stopped, the last completed epoch is checkpointed in {self.run_dir}/checkpoints "
+                "(run the same command to resume)")
+
+    def run(self) -> dict:
+        # In the main thread only (Python's rule); tests may run jobs from other threads.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
+        try:
+            self.spawn()
+            self.watch()
+        except _Terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the wait short
+            self.stop_all()
+            raise Stopped(self.stopped_message("SIGTERM")) from None
+        except KeyboardInterrupt:
+            self.stop_all()  # the aggregator checkpoints on the SIGTERM this sends
+            raise
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+        report = self.run_dir / "report.json"
+        if not report.exists():
+            raise LaunchError(f"all processes exited 0 but {report} was not written")
+        return json.loads(report.read_text())

@@ -1,4 +1,0 @@
-"""Mini-batch neighbour sampling on a worker's local subgraph (no torch-sparse / pyg-lib needed)."""
-from grappa.sampling.neighbor import NeighborSampler, SampledSubgraph, batches
-
-__all__ = ["NeighborSampler", "SampledSubgraph", "batches"]

@@ -1,0 +1,57 @@
+"""Writing files safely: folders a command writes into (runDir, storeDir) are checked before any
+work starts (a read-only mount or a path under a file is a job that cannot run, exit 3, said in
+one line, not a traceback after minutes of preparing), and a file is replaced atomically."""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+
+class OutputDirError(RuntimeError):
+    """A folder the job must write into cannot be created or written."""
+
+
+def _blocker(path: Path) -> str:
+    """Why `path` cannot be a folder: the nearest existing ancestor that is not one, if any."""
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            return f"{parent} is a file" if not parent.is_dir() else ""
+    return ""
+
+
+def ensure_writable(path: str | Path, field: str, flag: str) -> Path:
+    """Create `path` if needed and prove a file can be written in it; OutputDirError otherwise."""
+    path = Path(path)
+    probe = path / f".grappa-write-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        why = _blocker(path) or err.strerror or str(err)
+        raise OutputDirError(
+            f"{field} {path}: cannot write there ({why}); give a writable folder with {flag} "
+            f"(or set {field}), or mount the volume read-write") from None
+    return path
+
+
+def atomic_write(path: Path, payload: bytes) -> None:
+    """Temp file, fsync, rename, fsync the folder: a crash or SIGKILL at any point leaves either
+    the old file or the new one, never a torn one (the rename is atomic, and durable once the
+    folder is synced)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
