@@ -21,16 +21,15 @@ demo: venv
 	$(PY) -m grappa train --dataset csbm --partitions 4 --run-dir runs/demo
 
 # Everything, the e2e suite on a kind cluster built offline (hack/kind/README.md: needs root and
-# Docker's engine). Cold: builds the control plane, the node image and the images from the
-# Dockerfile, each cached by version; warm: cluster, image load and pytest. Teardown always runs
-# and fails the run if anything left the bed's bridges or is left behind. TEST_LANES parallel
-# lanes (tests/lanes.py): the unit tests in one, in order; the e2e tests in the others, from the
-# start (they wait for the cluster); TEST_LANES=0 runs everything in one process, as before.
+# Docker's engine), by hack/test.sh: the virtualenv and the peer's environment beside the bed's
+# build (each product cached by version), pytest as soon as the virtualenv is there (its unit
+# tests beside the build, its e2e tests once the cluster is up), teardown always (it fails the
+# run if anything left the bed's bridges or is left behind), and at the end every phase's time.
+# TEST_LANES parallel lanes (tests/lanes.py): the unit tests in one, in order; the e2e tests in
+# the others; TEST_LANES=0 runs everything in one process.
 TEST_LANES ?= 3
-test: venv
-	hack/install-test-deps.sh
-	hack/peer-env.sh >/dev/null || echo ">> the DistDGL peer environment could not be built: its smoke test will skip and say why" >&2
-	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/kind/bed.sh run --early -- $(PY) -m pytest -q --durations=15 \
+test:
+	GRAPPA_CACHE=$(GRAPPA_CACHE) PYTHON=$(PYTHON) hack/test.sh $(VENV) -q --durations=15 \
 	    -n $(TEST_LANES) --dist loadgroup tests
 
 test-unit: venv

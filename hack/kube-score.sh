@@ -19,6 +19,13 @@ if [[ ! -x "$GO" ]]; then
   exit 1
 fi
 mkdir -p "$DIR"
+exec 9>"$DIR.lock"  # one build at a time (make test builds it while the unit tests start)
+flock 9
+if [[ -x "$BIN" ]]; then
+  echo "$BIN"
+  exit 0
+fi
+rm -rf "$DIR"/.build.*  # left by a killed build (we hold the lock)
 tmp=$(mktemp -d "$DIR/.build.XXXXXX")
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 # Module and build caches inside the temporary dir: nothing leaks into the user's Go caches, and a

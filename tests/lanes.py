@@ -84,9 +84,27 @@ def turn(item: pytest.Item) -> Iterator[None]:
     if not in_lane() or item.get_closest_marker("e2e") is None:
         yield
         return
-    alone = item.get_closest_marker("exclusive") is not None
-    with _locked(_dir() / "cluster.lock", fcntl.LOCK_EX if alone else fcntl.LOCK_SH):
+    with cluster_hold(_dir(), alone=item.get_closest_marker("exclusive") is not None):
         yield
+
+
+@contextmanager
+def cluster_hold(folder: Path, alone: bool) -> Iterator[None]:
+    """The cluster lock, with the exclusive holder first in line: flock alone would grant new
+    shared holds while an exclusive one waits (the e2e tests keep coming, the exclusive test
+    never runs). So every holder passes a gate first; an exclusive one keeps the gate while it
+    waits for the shared holders to drain, and no new shared hold starts meanwhile."""
+    with open(folder / "cluster.gate", "a") as gate, open(folder / "cluster.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:  # the locks go with the files, also if the lane dies
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def once(key: str, make: Callable[[], dict[str, Any]], teardown: str) -> dict[str, Any]:

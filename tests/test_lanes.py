@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,54 @@ def test_three_lanes_keep_units_together_run_exclusive_alone_and_make_once(tmp_p
 
     assert len((log / "made.log").read_text().splitlines()) == 1
     assert [json.loads(line) for line in (log / "removed.log").read_text().splitlines()] == [{"id": 7}]
+
+
+def _waiting_on(path: Path) -> int:
+    """flock requests blocked on `path` (/proc/locks lists a waiter as `N: -> FLOCK ...`)."""
+    if not path.exists():
+        return 0
+    inode = f":{path.stat().st_ino} "
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines() if "->" in line and inode in line)
+
+
+def test_a_waiting_exclusive_hold_goes_before_later_shared_ones(tmp_path: Path) -> None:
+    """With a shared hold running and an exclusive one waiting, a new shared hold waits too: the
+    exclusive test is not starved by the e2e tests that keep starting."""
+    sys.path.insert(0, str(TESTS))
+    import lanes
+
+    events: list[str] = []
+    first_in, let_first_go = threading.Event(), threading.Event()
+
+    def shared(name: str, hold: bool = False) -> None:
+        with lanes.cluster_hold(tmp_path, alone=False):
+            events.append(f"{name} in")
+            if hold:
+                first_in.set()
+                let_first_go.wait(30)
+            events.append(f"{name} out")
+
+    def exclusive() -> None:
+        with lanes.cluster_hold(tmp_path, alone=True):
+            events.append("exclusive in")
+            events.append("exclusive out")
+
+    first = threading.Thread(target=shared, args=("first", True))
+    first.start()
+    assert first_in.wait(30)
+    alone = threading.Thread(target=exclusive)
+    alone.start()
+    deadline = time.monotonic() + 30  # a hang guard: the waits below are conditions
+    while _waiting_on(tmp_path / "cluster.lock") < 1:  # the exclusive hold is queued on the lock
+        assert time.monotonic() < deadline, "the exclusive hold never waited on the lock"
+        time.sleep(0.01)
+    late = threading.Thread(target=shared, args=("late",))
+    late.start()
+    while _waiting_on(tmp_path / "cluster.gate") < 1:  # ... and the late shared one at the gate
+        assert "late in" not in events, f"a shared hold went ahead of the waiting exclusive one: {events}"
+        assert time.monotonic() < deadline, "the late shared hold never waited"
+        time.sleep(0.01)
+    let_first_go.set()
+    for t in (first, alone, late):
+        t.join(30)
+    assert events.index("exclusive out") < events.index("late in"), events

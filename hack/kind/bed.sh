@@ -3,9 +3,11 @@
 #   hack/kind/bed.sh run -- bash                        # a shell once the cluster is up
 #   hack/kind/bed.sh run --early -- python -m pytest tests   # what `make test` does
 #   hack/kind/bed.sh build                              # only the cached images (no cluster)
-# --early starts the command while the cluster comes up and the images load; the command must
-# wait for the file $GRAPPA_E2E_CLUSTER_READY itself (tests/e2e/conftest.py does, so the unit
-# tests run meanwhile) and give up on the .failed file beside it.
+# --early starts the command at once, while everything is built (cold: the images, Kueue, the
+# control plane and the node image) and the cluster comes up and loads the images; the command
+# must wait for the file $GRAPPA_E2E_CLUSTER_READY itself (tests/conftest.py does, so the unit
+# tests run meanwhile) and give up on the .failed file beside it. Kueue is installed last, beside
+# the e2e tests: $GRAPPA_E2E_KUEUE_READY (and .failed) says when.
 # `run` exports KUBECONFIG, GRAPPA_E2E_USE_KUBECONFIG=1, the image variables and the control plane's
 # kubectl/helm for the command. Teardown runs on success, failure, Ctrl-C and SIGTERM, and fails the
 # run when the FORWARD guard dropped any packet or anything the bed made is still there.
@@ -16,50 +18,83 @@ for tool in dockerd iptables mmdebstrap jq ip go gcc; do
     command -v "$tool" >/dev/null || die "$tool not found: apt-get install docker.io iptables mmdebstrap jq iproute2 gcc (see hack/kind/README.md)"
 done
 
-phase() {  # phase <name> <command...>: runs and records the phase's seconds
-    local start=$SECONDS
-    "${@:2}"
-    log "phase $1: $((SECONDS - start))s"
-    printf '%s %s\n' "$1" "$((SECONDS - start))" >>"$BED/logs/phases.txt"
-}
-
+# The build as a graph of phases, side by side where they use different resources: downloads and
+# root filesystems (network, disk) beside the Go builds (CPU, both cores each, so one at a time).
+# Every product is cached by version (stamps, image labels, folders keyed by hashes): a warm
+# machine finds each phase done at once.
 build() {
     phase dockerd "$KIND_DIR/dockerd.sh" start
-    phase images "$KIND_DIR/images.sh"
-    phase kueue "$KIND_DIR/kueue.sh" build
-    phase node-image "$KIND_DIR/build-node.sh" >/dev/null
+    "$KIND_DIR/build-node.sh" clean
+    job go-fetch fetch_modules
+    job rootfs-python "$KIND_DIR/images.sh" base
+    job rootfs-kind "$KIND_DIR/build-node.sh" base
+    job go-k8s go_k8s
+    await rootfs-python
+    job images "$KIND_DIR/images.sh" grappa
+    await go-k8s
+    job kueue-binary "$KIND_DIR/kueue.sh" binary  # needed last (installed beside the e2e tests)
+    await rootfs-kind go-fetch
+    phase node-image "$KIND_DIR/build-node.sh" assemble
+    await images
 }
 
-# The cluster comes up and the images load (minutes) in the background while the command starts:
-# the suite's unit tests run meanwhile, and its e2e fixture waits for $BED/run/cluster.ready (or
-# fails on cluster.failed, naming the log). cluster.sh runs in its own session so teardown can stop
-# a start still under way, kind included.
-start_cluster() {
-    rm -f "$BED/run/cluster.ready" "$BED/run/cluster.failed" "$BED/run/cluster.pid"
-    (
-        start=$SECONDS
-        setsid "$KIND_DIR/cluster.sh" up "$1" >"$BED/logs/cluster.log" 2>&1 &
-        echo $! >"$BED/run/cluster.pid"
-        if wait $!; then
-            log "phase cluster: $((SECONDS - start))s (beside the command)"
-            printf 'cluster %s\n' "$((SECONDS - start))" >>"$BED/logs/phases.txt"
-            touch "$BED/run/cluster.ready"
-        else
-            tail -20 "$BED/logs/cluster.log" >&2
-            log "the cluster did not come up (log: $BED/logs/cluster.log)"
-            touch "$BED/run/cluster.failed"
-        fi
-    ) &
-    cluster_waiter=$!
+# The modules every Go build below reads, fetched while the first build compiles.
+fetch_modules() {
+    local dir
+    for dir in "$REPO/hack/controlplane/kubernetes" "$REPO/hack/controlplane/etcd" "$KIND_DIR/node-module"; do
+        (cd "$dir" && go mod download)
+    done
 }
 
-stop_cluster_start() {
+go_k8s() {  # the Go builds, one at a time (each keeps both cores busy)
+    # First what the unit tests run: helm (hack/kind/suite.sh starts pytest once it is there) and
+    # kube-score (its test runs last in the unit lane, and waits for this build's lock).
+    phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null || { touch "$BED/run/tools.failed"; return 1; }
+    touch "$BED/run/tools.ready"
+    phase kube-score "$REPO/hack/kube-score.sh" >/dev/null
+    # Then the Kubernetes binaries: the control plane's, then the node's (the same Go build cache).
+    phase controlplane "$REPO/hack/build-controlplane.sh" >/dev/null
+    phase node-binaries "$KIND_DIR/build-node.sh" binaries
+}
+
+kueue_image() {
+    await kueue-binary
+    phase kueue-image "$KIND_DIR/kueue.sh" image
+}
+
+# Everything the e2e tests need, in the background of the command (--early): the build, then the
+# cluster with the images loaded ($BED/run/cluster.ready, or .failed naming the log), then Kueue
+# (kueue.ready/.failed). In its own session, so teardown can stop it, kind and builds included.
+bring_up() {  # bring_up <kubeconfig>
+    local kubeconfig=$1
+    # whatever ends this early leaves the markers the tests wait on saying so
+    trap 'for m in tools cluster kueue; do [[ -e $BED/run/$m.ready ]] || touch "$BED/run/$m.failed"; done' EXIT
+    build
+    phase cluster "$KIND_DIR/cluster.sh" up "$kubeconfig" >"$BED/logs/cluster.log" 2>&1 \
+        || { tail -20 "$BED/logs/cluster.log" >&2; die "the cluster did not come up (log: $BED/logs/cluster.log)"; }
+    touch "$BED/run/cluster.ready"
+    log "cluster ready"
+    if "$KIND_DIR/kueue.sh" available; then
+        kueue_image
+        phase kueue-install "$KIND_DIR/kueue.sh" install "$kubeconfig" >"$BED/logs/kueue-install.log" 2>&1 \
+            || { tail -20 "$BED/logs/kueue-install.log" >&2; die "Kueue was not installed (log: $BED/logs/kueue-install.log)"; }
+    fi
+    touch "$BED/run/kueue.ready"
+    log "Kueue ready"
+}
+
+start_bring_up() {
+    rm -f "$BED"/run/{tools,cluster,kueue}.{ready,failed} "$BED/run/bring-up.pid"
+    setsid "$0" bring-up "$1" >"$BED/logs/bring-up.log" 2>&1 &
+    echo $! >"$BED/run/bring-up.pid"
+}
+
+stop_bring_up() {
     local pid
-    pid=$(cat "$BED/run/cluster.pid" 2>/dev/null) || return 0
-    rm -f "$BED/run/cluster.pid" "$BED/run/cluster.ready" "$BED/run/cluster.failed"
+    pid=$(cat "$BED/run/bring-up.pid" 2>/dev/null) || return 0
+    rm -f "$BED/run/bring-up.pid"
     kill -0 "$pid" 2>/dev/null || return 0
-    log "stopping the cluster start still under way"
-    kill "$cluster_waiter" 2>/dev/null || true
+    log "stopping the build and cluster start still under way"
     kill -TERM -- "-$pid" 2>/dev/null
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
     kill -KILL -- "-$pid" 2>/dev/null || true
@@ -69,7 +104,8 @@ teardown() {
     local status=0 drops
     trap '' INT TERM
     log "teardown ..."
-    stop_cluster_start
+    stop_bring_up
+    rm -f "$BED"/run/{tools,cluster,kueue}.{ready,failed}
     "$KIND_DIR/cluster.sh" down || status=1
     "$KIND_DIR/dockerd.sh" stop || status=1
     for br in "$KIND_BRIDGE" "$DOCKER_BRIDGE"; do
@@ -90,11 +126,11 @@ teardown() {
 }
 
 run() {  # run [--early] <command...>
-    local kubeconfig=$BED/run/kubeconfig child=0 rc=0 cp_bin early=0
+    local kubeconfig=$BED/run/kubeconfig child=0 rc=0 cp_bin early=0 start
     [[ $1 == --early ]] && { early=1; shift; }
     forward_policy=$(iptables -S FORWARD | awk '$1 == "-P" {print $3}')
     python3 "$KIND_DIR/hoststate.py" snapshot >"$BED/run/hoststate-before.json"
-    : >"$BED/logs/phases.txt"
+    [[ -n $PHASES_GIVEN ]] || : >"$GRAPPA_PHASES"
     on_signal() {
         log "interrupted: stopping the command, then the bed"
         if [[ $child != 0 ]]; then  # pytest turns SIGTERM into an interrupt: its finalisers run
@@ -107,36 +143,38 @@ run() {  # run [--early] <command...>
     trap on_signal INT TERM
     trap 'teardown || exit 1' EXIT
     "$KIND_DIR/guard.sh" up
-    build
-    cp_bin=$(phase controlplane "$REPO/hack/build-controlplane.sh" | tail -1)
-    export PATH=$cp_bin:$PATH
-    start_cluster "$kubeconfig"
+    start_bring_up "$kubeconfig"
     if [[ $early == 0 ]]; then
-        log "waiting for the cluster ..."
+        log "waiting for the build and the cluster ..."
         until [[ -e $BED/run/cluster.ready ]]; do
-            [[ -e $BED/run/cluster.failed ]] && die "the cluster did not come up (log: $BED/logs/cluster.log)"
+            [[ -e $BED/run/cluster.failed ]] && die "the build or the cluster failed (log: $BED/logs/bring-up.log)"
             sleep 2
         done
     fi
+    cp_bin=$("$REPO/hack/build-controlplane.sh" --path | tail -1)  # kubectl and helm, once built
+    export PATH=$cp_bin:$("$REPO/hack/build-controlplane.sh" --helm-path | tail -1):$PATH
     export KUBECONFIG=$kubeconfig GRAPPA_E2E_USE_KUBECONFIG=1 GRAPPA_CONTROLPLANE_BIN=$cp_bin \
-        GRAPPA_E2E_CLUSTER_READY=$BED/run/cluster.ready \
+        GRAPPA_E2E_CLUSTER_READY=$BED/run/cluster.ready GRAPPA_E2E_KUEUE_READY=$BED/run/kueue.ready \
+        GRAPPA_TOOLS_READY=$BED/run/tools.ready \
         GRAPPA_E2E_OPERATOR_IMAGE=grappa-operator:bed GRAPPA_E2E_TRAINER_IMAGE=grappa-trainer:bed \
         GRAPPA_E2E_PULL_POLICY=Never GRAPPA_E2E_KIND_CLUSTER=$CLUSTER
-    # cluster.sh installs Kueue when it was built: its test must then run, not skip.
+    # the bed installs Kueue when its source is there: its test must then run, not skip.
     if "$KIND_DIR/kueue.sh" available; then export GRAPPA_E2E_KUEUE=installed; fi
-    local start=$SECONDS
+    start=$(date +%s)
     # Its own process group, so an interrupt reaches every process it started.
     setsid "$@" &
     child=$!
     wait "$child" || rc=$?
     child=0
-    log "phase command: $((SECONDS - start))s (exit $rc)"
-    printf 'command %s\n' "$((SECONDS - start))" >>"$BED/logs/phases.txt"
+    log "phase command: $(($(date +%s) - start))s (exit $rc)"
+    printf 'command %s %s %s\n' "$((start - GRAPPA_T0))" "$(($(date +%s) - start))" \
+        "$([[ $rc == 0 ]] && echo ok || echo "failed:$rc")" >>"$GRAPPA_PHASES"
     return $rc
 }
 
 case ${1:-} in
-    build) trap '"$KIND_DIR/dockerd.sh" stop' EXIT; build ;;
+    build) trap '"$KIND_DIR/dockerd.sh" stop' EXIT; build; kueue_image ;;
+    bring-up) bring_up "${2:?kubeconfig path}" ;;  # started by run (start_bring_up)
     run) shift; opt=()
          [[ ${1:-} == --early ]] && { opt=(--early); shift; }
          [[ ${1:-} == -- ]] || die "usage: $0 run [--early] -- <command...>"; shift; run "${opt[@]}" "$@" ;;

@@ -6,6 +6,12 @@
 # storage) built locally and pre-imported into the node's containerd. Also installs the kind CLI.
 # Skipped when the image's key (versions, these files, the detected quirks) is current.
 #   build-node.sh                 # needs dockerd.sh start and images.sh (the python base)
+# The same in steps, for a build that runs them beside other work (bed.sh build):
+#   build-node.sh current         # true when the node image is current (nothing to do)
+#   build-node.sh clean           # a fresh work folder, before base and binaries start
+#   build-node.sh base            # the kind base from Debian packages (downloads, disk)
+#   build-node.sh binaries        # kubelet, kubeadm, kube-proxy, coredns, local-path, pause, kind (CPU)
+#   build-node.sh assemble        # the cluster images and the node image (after base and binaries)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 K8S=$(k8s_version)
@@ -39,12 +45,13 @@ binaries() {  # kubelet, kubeadm, kube-proxy; the control plane's own from its c
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $pkg.gitVersion=$K8S -X $pkg.gitMajor=$(cut -d. -f1 <<<"${K8S#v}") -X $pkg.gitMinor=$(cut -d. -f2 <<<"$K8S") -X $pkg.gitTreeState=clean"
     done
-    for cmd in kubelet kubeadm kube-proxy; do
-        start=$SECONDS
-        (cd "$KIND_DIR/node-module" && nice -n 10 go build -p "${GRAPPA_BUILD_JOBS:-2}" -mod=readonly -trimpath \
-            -buildvcs=false -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
-        log "built $cmd in $((SECONDS - start))s"
-    done
+    # One `go build` for the three: packages they share compile once, and one binary links
+    # while the others still compile (both cores busy to the end).
+    start=$SECONDS
+    (cd "$KIND_DIR/node-module" && nice -n 10 go build -p "${GRAPPA_BUILD_JOBS:-2}" -mod=readonly -trimpath \
+        -buildvcs=false -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/bin/" \
+        k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy)
+    log "built kubelet, kubeadm, kube-proxy in $((SECONDS - start))s"
 }
 
 kind_base() {  # kindest/base from Debian packages and kind's own files
@@ -98,20 +105,33 @@ one_binary_image() {  # <tag> <binary> [base]: the binary as entrypoint, saved f
     echo "$tag" >>"$work/node-images.txt"
 }
 
-cluster_images() {  # exactly the tags kubeadm asks for, then kind's storage
-    local images ref kind_src storage
+compile_tools() {  # the cluster images' binaries: exactly the tags kubeadm asks for, then kind's storage
+    local ref kind_src
+    "$work/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>/dev/null >"$work/kubeadm-images.txt"
+    for ref in $(cat "$work/kubeadm-images.txt"); do
+        case ${ref%%:*} in
+            */coredns) GOBIN=$work/bin nice -n 10 go install -trimpath -ldflags '-s -w' "github.com/coredns/coredns@${ref##*:}" ;;
+            */pause) gcc -Os -static -DVERSION="${ref##*:}" -o "$work/bin/pause" \
+                         "$(cd "$KIND_DIR/node-module" && go mod download -json "k8s.io/kubernetes@$K8S" | jq -r .Dir)/build/pause/linux/pause.c"
+                     strip "$work/bin/pause" ;;
+        esac
+    done
+    kind_src=$(cd "$KIND_DIR/node-module" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
+    python3 "$KIND_DIR/node/storage-manifest.py" "$kind_src/pkg/build/nodeimage/const_storage.go" \
+        "$work/default-storage.yaml" >"$work/storage-images.txt"
+    GOBIN=$work/bin nice -n 10 go install -trimpath -ldflags '-s -w' "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
+}
+
+cluster_images() {  # each binary as a one-binary image, tagged as kubeadm and kind name them
+    local ref
     : >"$work/node-images.txt"
-    images=$("$work/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>/dev/null)
-    for ref in $images; do
+    for ref in $(cat "$work/kubeadm-images.txt"); do
         case ${ref%%:*} in
             */kube-proxy) one_binary_image "$ref" kube-proxy grappa/kind-base-rootfs:bed ;;  # needs iptables
             */kube-*) one_binary_image "$ref" "$(basename "${ref%%:*}")" ;;
             */etcd) one_binary_image "$ref" etcd ;;
-            */coredns) GOBIN=$work/bin nice -n 10 go install -trimpath -ldflags '-s -w' "github.com/coredns/coredns@${ref##*:}"
-                       one_binary_image "$ref" coredns ;;
-            */pause) gcc -Os -static -DVERSION="${ref##*:}" -o "$work/bin/pause" \
-                         "$(cd "$KIND_DIR/node-module" && go mod download -json "k8s.io/kubernetes@$K8S" | jq -r .Dir)/build/pause/linux/pause.c"
-                     strip "$work/bin/pause"; one_binary_image "$ref" pause ;;
+            */coredns) one_binary_image "$ref" coredns ;;
+            */pause) one_binary_image "$ref" pause ;;
             *) die "kubeadm wants $ref, which this script does not know how to build" ;;
         esac
     done
@@ -120,15 +140,11 @@ cluster_images() {  # exactly the tags kubeadm asks for, then kind's storage
     if [[ -n $pause ]] && ! grep -qx "$pause" "$work/node-images.txt"; then
         docker tag "$(grep /pause: "$work/node-images.txt")" "$pause" && echo "$pause" >>"$work/node-images.txt"
     fi
-    # kind's default storage: its manifest and the two images it names.
-    kind_src=$(cd "$KIND_DIR/node-module" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
-    storage=$kind_src/pkg/build/nodeimage/const_storage.go
-    python3 "$KIND_DIR/node/storage-manifest.py" "$storage" "$work/default-storage.yaml" >"$work/storage-images.txt"
+    # kind's default storage: the provisioner, and its helper (needs only sh, mkdir, rm)
     local provisioner helper
     provisioner=$(sed -n 1p "$work/storage-images.txt") helper=$(sed -n 2p "$work/storage-images.txt")
-    GOBIN=$work/bin nice -n 10 go install -trimpath -ldflags '-s -w' "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
     one_binary_image "$provisioner" local-path-provisioner
-    docker tag python:3.11-slim "$helper" && echo "$helper" >>"$work/node-images.txt"  # needs only sh, mkdir, rm
+    docker tag python:3.11-slim "$helper" && echo "$helper" >>"$work/node-images.txt"
 }
 
 node_image() {
@@ -158,16 +174,27 @@ DOCKERFILE
         --change "LABEL grappa.bed.key=$key" "$id" "$NODE_IMAGE" >/dev/null
 }
 
-kind_cli
-if [[ -n ${GRAPPA_REBUILD:-} || $(image_key "$NODE_IMAGE") != "$key" ]]; then
-    rm -rf "$work" && mkdir -p "$work"
-    binaries
-    kind_base
+current() { [[ -z ${GRAPPA_REBUILD:-} && $(image_key "$NODE_IMAGE") == "$key" ]]; }
+clean() { rm -rf "$work" && mkdir -p "$work"; }
+assemble() {
     cluster_images
     node_image
     docker rmi grappa/kind-node:stage >/dev/null
     docker image prune -f >/dev/null
     rm -rf "$work"
     log "$NODE_IMAGE ready"
-fi
-echo "$NODE_IMAGE"
+}
+
+case ${1:-all} in
+    current) current ;;
+    clean) current || clean ;;
+    base) current || kind_base ;;
+    binaries) kind_cli; current || { binaries; compile_tools; } ;;
+    assemble) current || assemble ;;
+    all) kind_cli
+         if ! current; then
+             clean; binaries; compile_tools; kind_base; assemble
+         fi
+         echo "$NODE_IMAGE" ;;
+    *) echo "usage: $0 [current|clean|base|binaries|assemble]" >&2; exit 2 ;;
+esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The bed's kind cluster: its network made beforehand (RFC 2544 addresses that exist only on the
 # bed's own interfaces, no masquerade), the node image from build-node.sh, CoreDNS without an
-# upstream, the suite's images loaded (pods use imagePullPolicy: Never) and Kueue (kueue.sh).
+# upstream, the suite's images loaded (pods use imagePullPolicy: Never). Kueue is installed
+# afterwards (bed.sh, kueue.sh install).
 #   cluster.sh up <kubeconfig> | down
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -29,7 +30,6 @@ up() {
     start=$SECONDS
     kind load docker-image --name "$CLUSTER" grappa-operator:bed grappa-trainer:bed >&2
     log "images loaded in $((SECONDS - start))s"
-    "$KIND_DIR/kueue.sh" install "$kubeconfig"
 }
 
 # CoreDNS answers cluster names only: no `forward` to the node's resolver, no loop probe of it.

@@ -5,7 +5,7 @@
 #                      project's Dockerfile by `make images` (what users run, minus the push),
 #                      installing from the host wheelhouse (WHEELS=local).
 # Each image carries the key it was built from (label grappa.bed.key) and is skipped when current.
-#   images.sh            # needs dockerd.sh start
+#   images.sh [base|grappa]   # both by default; grappa needs base (its FROM); needs dockerd.sh start
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 image_key() { docker image inspect -f '{{index .Config.Labels "grappa.bed.key"}}' "$1" 2>/dev/null || true; }
@@ -33,7 +33,8 @@ base_image() {
 
 # The build context: only what the Dockerfile reads (files git would commit, in a checkout), plus
 # the wheelhouse as hard links.
-CONTEXT_PATHS=(Dockerfile .dockerignore pyproject.toml README.md hack/requirements.lock hack/image-requirements.py trainer operator)
+CONTEXT_PATHS=(Dockerfile .dockerignore pyproject.toml README.md hack/requirements.lock hack/image-requirements.py
+               hack/slim-torch.sh trainer operator)
 context_files() {
     if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         git -C "$REPO" ls-files -co --exclude-standard -- "${CONTEXT_PATHS[@]}"
@@ -68,5 +69,9 @@ grappa_images() {
     docker image prune -f >/dev/null  # the previous images, now untagged
 }
 
-base_image
-grappa_images
+case ${1:-all} in
+    base) base_image ;;
+    grappa) grappa_images ;;
+    all) base_image; grappa_images ;;
+    *) echo "usage: $0 [base|grappa]" >&2; exit 2 ;;
+esac

@@ -2,6 +2,7 @@
 # A real Kueue for the bed, from its released source: the Go module proxy refuses sigs.k8s.io/kueue,
 # so ../shared/vendor-src holds the release tarball with its vendor/ (it builds offline).
 #   kueue.sh build               # manager binary + chart (cached by tarball hash), image grappa-kueue:bed
+#   kueue.sh binary | image      # the same in two steps: the Go build (CPU), the image (needs dockerd)
 #   kueue.sh install <kubeconfig> # load the image, helm install with GrappaJob as an external framework
 #   kueue.sh available           # true when the source is there (the bed then installs Kueue)
 # Without the tarball both print why and do nothing; the Kueue e2e test then skips with that reason
@@ -15,9 +16,9 @@ KUEUE_RECIPE=1  # bump when build() changes what it makes
 image_key() { docker image inspect -f '{{index .Config.Labels "grappa.bed.key"}}' "$1" 2>/dev/null || true; }
 cache_dir() { echo "$GRAPPA_CACHE/kueue-$KUEUE_VERSION-$(printf '%s %s' "$(hash_of "$KUEUE_SRC")" "$KUEUE_RECIPE" | sha256sum | cut -c1-12)"; }
 
-build() {
+binary() {
     [[ -f $KUEUE_SRC ]] || { log "no Kueue source at $KUEUE_SRC: Kueue is not installed on the bed"; return 0; }
-    local dir src key
+    local dir src
     dir=$(cache_dir)
     if [[ ! -x $dir/manager || ! -d $dir/chart ]]; then
         log "Kueue $KUEUE_VERSION from $KUEUE_SRC (go build, vendored modules) ..."
@@ -31,6 +32,13 @@ build() {
         cp "$src/LICENSE" "$dir.tmp/"
         rm -rf "$src" "$dir" && mv "$dir.tmp" "$dir"
     fi
+}
+
+image() {
+    [[ -f $KUEUE_SRC ]] || return 0
+    local dir key
+    dir=$(cache_dir)
+    [[ -x $dir/manager ]] || die "no Kueue binary in $dir: run kueue.sh binary first"
     key=$(basename "$dir")
     [[ -z ${GRAPPA_REBUILD:-} && $(image_key "$KUEUE_IMAGE") == "$key" ]] && return 0
     local ctx=$BED/run/kueue-context
@@ -78,7 +86,9 @@ install() {
 
 case ${1:-} in
     available) [[ -f $KUEUE_SRC ]] ;;
-    build) build ;;
+    build) binary; image ;;
+    binary) binary ;;
+    image) image ;;
     install) install "${2:?kubeconfig path}" ;;
-    *) echo "usage: $0 available | build | install <kubeconfig>" >&2; exit 2 ;;
+    *) echo "usage: $0 available | build | binary | image | install <kubeconfig>" >&2; exit 2 ;;
 esac

@@ -36,6 +36,44 @@ k8s_version() {  # the release pinned by the control plane's wrapper module
 quirk_no_sys_resource() { local b; b=$(awk '/^CapBnd/{print $2}' /proc/self/status); (( (0x$b >> 24 & 1) == 0 )); }
 quirk_cgroup_v1() { [[ $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]]; }
 
+# Phase times of one `make test` (or `bed.sh build`): a line per phase, "name start seconds
+# status", start counted from $GRAPPA_T0, the run's start; hack/test.sh prints them at the end.
+PHASES_GIVEN=${GRAPPA_PHASES:-}  # set by hack/test.sh, which keeps the whole run's phases
+GRAPPA_T0=${GRAPPA_T0:-$(date +%s)}
+GRAPPA_PHASES=${GRAPPA_PHASES:-$BED/logs/phases.txt}
+export GRAPPA_T0 GRAPPA_PHASES
+
+phase() {  # phase <name> <command...>: runs it in the foreground and records its time
+    local start rc=0
+    start=$(date +%s)
+    "${@:2}" || rc=$?
+    printf '%s %s %s %s\n' "$1" "$((start - GRAPPA_T0))" "$(($(date +%s) - start))" \
+        "$([[ $rc == 0 ]] && echo ok || echo "failed:$rc")" >>"$GRAPPA_PHASES"
+    return $rc
+}
+
+# Phases that do not compete for one resource run side by side (downloads and disk-bound root
+# filesystems beside the CPU-bound Go builds): `job` starts one in the background, its output in
+# $BED/logs/<name>.log; `await` waits for jobs and stops the caller, naming the log, if one failed.
+declare -A JOB_PID=()
+job() {  # job <name> <command...>
+    phase "$1" "${@:2}" >"$BED/logs/$1.log" 2>&1 &
+    JOB_PID[$1]=$!
+}
+await() {  # await <name>...
+    local name rc
+    for name in "$@"; do
+        [[ -n ${JOB_PID[$name]:-} ]] || continue
+        rc=0
+        wait "${JOB_PID[$name]}" || rc=$?
+        unset "JOB_PID[$name]"
+        if [[ $rc != 0 ]]; then
+            tail -25 "$BED/logs/$name.log" >&2
+            die "$name failed (exit $rc; log: $BED/logs/$name.log)"
+        fi
+    done
+}
+
 # stamp <name> <key>: true when the named artefact was built with this key.
 stamp_ok() { [[ -z ${GRAPPA_REBUILD:-} && -f $BED/stamps/$1 && $(cat "$BED/stamps/$1") == "$2" ]]; }
 stamp_set() { printf '%s' "$2" >"$BED/stamps/$1"; }

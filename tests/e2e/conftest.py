@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import kind_bed  # noqa: E402
 from cluster import Cluster  # noqa: E402
 
 NO_CLUSTER = ("the e2e tests need a cluster: run `make test` (builds the offline kind bed, "
@@ -47,28 +47,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                  item.get_closest_marker("exclusive") is not None))
 
 
-def _wait_for_bed(ready: Path, timeout: float = 1200) -> None:
-    """hack/kind/bed.sh --early: the cluster is ready once `ready` exists; `.failed` beside it
-    means it never will (the bed printed why)."""
-    failed = ready.with_suffix(".failed")
-    deadline = time.monotonic() + timeout
-    waited = False
-    while not ready.exists():
-        if failed.exists():
-            pytest.exit(f"the kind bed's cluster did not come up: see {ready.parent.parent / 'logs' / 'cluster.log'}",
-                        returncode=1)
-        if time.monotonic() > deadline:
-            pytest.exit(f"the kind bed's cluster was not ready after {timeout:.0f}s ({ready} missing)", returncode=1)
-        if not waited:
-            sys.stderr.write("\ne2e: waiting for the kind bed's cluster and images ...\n")
-            waited = True
-        time.sleep(2)
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    if os.environ.get("GRAPPA_E2E_CLUSTER_READY"):
-        _wait_for_bed(Path(os.environ["GRAPPA_E2E_CLUSTER_READY"]))
+    kind_bed.wait_for(kind_bed.CLUSTER, "cluster")  # tests/conftest.py did, unless run alone
     yield Cluster.from_environment()
 
 

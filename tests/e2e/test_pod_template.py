@@ -96,7 +96,7 @@ def test_plain_sidecar_never_holds_the_job(cluster: Cluster, release: h.Release,
     job = h.job_manifest(name, epochs=1, partitions=2)
     for role in ("aggregator", "worker"):
         job["spec"][role]["template"] = {"spec": {"containers": [_plain_sidecar()]}}
-    run = h.run_job(cluster, namespace, job, release, timeout=h.scaled(300))
+    run = h.run_job(cluster, namespace, job, release, stall=h.scaled(300))
     st = run.job["status"]
     assert st["phase"] == "Succeeded" and st["prepared"] and st["restarts"] == 0, st
     # the Events are posted right after the status write that run_job saw

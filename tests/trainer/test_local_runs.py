@@ -1,21 +1,22 @@
 """Real multi-process runs through the local launcher (gloo on 127.0.0.1)."""
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from grappa.config import TrainConfig
-from grappa.runtime.local_job import LocalJob
-from small_jobs import csbm_job
 from grappa.models import GNN
 from grappa.models.params import num_buffer_values, num_params
 from grappa.runtime.exchange import SCALARS
+from grappa.runtime.local_job import LocalJob
 from grappa.runtime.transport import ring_allreduce_bytes
+from small_jobs import csbm_job
+from waiting import load_factor, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,24 +73,60 @@ def test_resume_continues_at_the_saved_epoch_and_replays_exactly(tmp_path):
         assert a.get("val_acc") == pytest.approx(b.get("val_acc"))
 
 
-def endless_launch(tmp_path) -> tuple[subprocess.Popen, dict]:
-    """`grappa train` as a user runs it, with epochs enough to outlive the test; waits until
-    training runs and returns the launcher and its rank -> pid map."""
-    cfg = job(tmp_path, **{"training.epochs": 100000})
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "grappa", "train",
-         "--set", f"runDir={cfg.run_dir}", "--set", f"storeDir={cfg.store_dir}",
-         "--set", "partitions=2", "--set", "dataset.synthetic.numNodes=600",
-         "--set", "model.hidden=16", "--set", "training.epochs=100000"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
-    metrics = Path(cfg.run_dir) / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-        assert launcher.poll() is None, launcher.stdout.read()
-        assert time.monotonic() < deadline, "training never started"
-        time.sleep(0.2)
-    return launcher, json.loads((Path(cfg.run_dir) / "pids.json").read_text())
+class Endless:
+    """`grappa train` as a user runs it, with epochs enough to outlive the test, in its own
+    process group. Ended when the test ends, passed or failed: the launcher's group, then every
+    rank it wrote into pids.json (ranks have sessions of their own)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        cfg = job(tmp_path, **{"training.epochs": 100000})
+        self.run_dir = Path(cfg.run_dir)
+        self.launcher = subprocess.Popen(
+            [sys.executable, "-m", "grappa", "train",
+             "--set", f"runDir={cfg.run_dir}", "--set", f"storeDir={cfg.store_dir}",
+             "--set", "partitions=2", "--set", "dataset.synthetic.numNodes=600",
+             "--set", "model.hidden=16", "--set", "training.epochs=100000"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
+        self.pids: dict[str, int] = {}
+
+    def _work(self) -> tuple:
+        """What moves while the job starts: its files' sizes (prepare, rank logs, metrics)."""
+        return tuple(sorted((str(p), p.stat().st_size) for p in self.run_dir.rglob("*") if p.is_file()))
+
+    def started(self) -> dict[str, int]:
+        """Waits until two epochs are recorded (the ranks train), then the rank -> pid map."""
+        metrics = self.run_dir / "metrics.jsonl"
+
+        def trained() -> bool:
+            if self.launcher.poll() is not None:
+                raise AssertionError(f"the launcher exited ({self.launcher.returncode}) before "
+                                     f"training: {self.launcher.stdout.read()}")
+            return metrics.exists() and metrics.read_text().count("\n") >= 2
+        wait_until(trained, "two epochs of the endless job", progress=self._work, stall=120)
+        self.pids = json.loads((self.run_dir / "pids.json").read_text())
+        return self.pids
+
+    def end(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.launcher.pid, signal.SIGKILL)
+        pids = self.pids
+        if not pids:  # the test failed before reading them
+            with contextlib.suppress(OSError, ValueError):
+                pids = json.loads((self.run_dir / "pids.json").read_text())
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.launcher.wait()
+
+
+@pytest.fixture
+def endless(tmp_path):
+    run = Endless(tmp_path)
+    try:
+        yield run
+    finally:
+        run.end()
 
 
 def gone(pid: int) -> bool:
@@ -100,28 +137,25 @@ def gone(pid: int) -> bool:
         return True
 
 
-def test_killed_launcher_takes_its_processes_along(tmp_path):
-    launcher, pids = endless_launch(tmp_path)
-    launcher.kill()  # SIGKILL: no finally runs in the launcher
-    launcher.communicate(timeout=30)
-    deadline = time.monotonic() + 30
-    while not all(gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    survivors = [pid for pid in pids.values() if not gone(pid)]
-    for pid in survivors:
-        os.kill(pid, signal.SIGKILL)
-    assert not survivors, f"orphaned after the launcher died: {survivors}"
+def test_killed_launcher_takes_its_processes_along(endless):
+    pids = endless.started()
+    endless.launcher.kill()  # SIGKILL: no finally runs in the launcher
+    endless.launcher.communicate(timeout=30)
+    # the ranks get SIGTERM from the kernel (PR_SET_PDEATHSIG) and stop within their grace
+    survivors = lambda: [pid for pid in pids.values() if not gone(pid)]  # noqa: E731
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not survivors(), "the ranks to exit after the launcher", stall=30)
+    assert not survivors(), f"orphaned after the launcher died: {survivors()}"
 
 
-def test_killed_worker_stops_the_job_and_names_the_rank(tmp_path):
-    launcher, pids = endless_launch(tmp_path)
+def test_killed_worker_stops_the_job_and_names_the_rank(endless):
+    pids = endless.started()
     os.kill(pids["2"], signal.SIGKILL)
     try:  # a hang guard, not a timing claim: the group must end rather than wait on the dead rank
-        out, _ = launcher.communicate(timeout=60)
+        out, _ = endless.launcher.communicate(timeout=60 * load_factor())
     except subprocess.TimeoutExpired:
-        launcher.kill()
-        pytest.fail("the launcher still ran 60 s after worker 1 (rank 2) was killed: the group hangs")
-    assert launcher.returncode != 0
+        pytest.fail("the launcher still ran after worker 1 (rank 2) was killed: the group hangs")
+    assert endless.launcher.returncode != 0
     assert "worker 1 (rank 2)" in out
     assert all(gone(pid) for pid in pids.values())  # no orphans
 

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from grappa.runtime.exchange import SCALARS
 from grappa.runtime.local_job import LocalJob
 from grappa.runtime.transport import ring_allreduce_bytes
 from grappa.strategies.retexo import build_stage_model, stage_epochs
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,11 +72,13 @@ def test_resume_mid_stage_continues_the_same_stage(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": f"{REPO}/trainer:{REPO}/operator"})
     ckpts = Path(cfg.run_dir) / "checkpoints"
-    deadline = time.monotonic() + 180
-    while not any(int(p.stem.split("-")[1]) >= 33 for p in ckpts.glob("epoch-*.pt")):
+
+    def in_stage_1() -> bool:
         assert launcher.poll() is None, "finished before it could be interrupted:\n" + launcher.stdout.read()
-        assert time.monotonic() < deadline, "stage 1 never started"
-        time.sleep(0.01)
+        return any(int(p.stem.split("-")[1]) >= 33 for p in ckpts.glob("epoch-*.pt"))
+    logs = Path(cfg.run_dir) / "logs"
+    wait_until(in_stage_1, "stage 1 to start", stall=120, poll=0.01,
+               progress=lambda: sorted((f.name, f.stat().st_size) for f in logs.glob("*")))
     pids = json.loads((Path(cfg.run_dir) / "pids.json").read_text())
     launcher.kill()
     for pid in pids.values():

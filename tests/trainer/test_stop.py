@@ -14,6 +14,7 @@ from grappa.data.store.preparation import prepare_store
 from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from grappa.runtime.local_job import LocalJob
 from grappa.runtime.stop import EXIT_STOPPED
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 24
@@ -53,17 +54,10 @@ def launch(tmp_path: Path, cfg: TrainConfig, after_epochs: int) -> subprocess.Po
     def started() -> bool:
         assert launcher.poll() is None, launcher.stdout.read()
         return len(epochs_of(records(cfg))) >= after_epochs
-    wait_until(started, 180, "training never started", interval=0.05)
+    run_dir = Path(cfg.run_dir)
+    work = lambda: tuple(sorted((str(f), f.stat().st_size) for f in run_dir.rglob("*") if f.is_file()))  # noqa: E731
+    wait_until(started, f"{after_epochs} epochs of {run_dir}", stall=120, progress=work, poll=0.05)
     return launcher
-
-
-def wait_until(done, limit_s: float, what: str, interval: float = 0.1) -> None:
-    """Poll `done()`; a guard against a hang (fails with `what` after `limit_s`), not a timing claim."""
-    end = time.monotonic() + limit_s
-    while not done():
-        if time.monotonic() > end:
-            pytest.fail(f"{what} (after {limit_s:.0f} s)")
-        time.sleep(interval)
 
 
 def gone(pid: int) -> bool:
@@ -125,7 +119,7 @@ def test_sigterm_saves_while_the_aggregator_waits_on_a_stuck_worker(tmp_path):
         time.sleep(1.0)  # the aggregator is now inside a receive from worker 0
         reported = len(epochs_of(records(cfg)))
         os.kill(pids[0], signal.SIGTERM)
-        wait_until(lambda: gone(pids[0]), 120, "the aggregator did not exit while a worker was stuck")
+        wait_until(lambda: gone(pids[0]), "the aggregator to exit while a worker is stuck", stall=120)
     finally:
         os.kill(pids[1], signal.SIGCONT)
     out, _ = launcher.communicate(timeout=120)

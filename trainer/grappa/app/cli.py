@@ -209,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def end_process(code: int) -> None:
+    """Exit a rank's process without the interpreter's teardown, once its work is saved: the
+    C++ side of torch.distributed (gloo's threads, the store's client) is then never destroyed
+    in an order it does not expect. Seen once on a loaded machine: a worker that had finished
+    died in teardown with SIGABRT ("terminate called without an active exception"), which
+    failed a finished job."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -222,7 +234,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         elif args.command in ("single", "aggregator"):
             ensure_writable(cfg.run_dir, "runDir", "--run-dir")
         extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
-        return COMMANDS[args.command][1](cfg, **extra)
+        code = COMMANDS[args.command][1](cfg, **extra)
+        if args.command in ("aggregator", "worker"):
+            end_process(code)  # its group is closed, its files written: nothing left to tear down
+        return code
     except ConfigError as err:
         report_error(err)
         return EXIT_CONFIG
@@ -231,10 +246,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"grappa: {err}", file=sys.stderr)
         # No interpreter teardown: destroying a gloo group whose peers are gone holds the GIL
         # for seconds (measured ~4 s), time the grace period should not pay for.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_STOPPED)
+        end_process(EXIT_STOPPED)
     except Exception as err:
         if isinstance(err, group_failed()):  # another rank died, froze or diverged: retryable
             report_error(err)

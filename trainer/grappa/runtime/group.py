@@ -147,5 +147,7 @@ class Group:
 
     def close(self) -> None:
         self._stop.set()
+        if self._thread is not None:  # the heartbeat's store client goes before the group
+            self._thread.join(timeout=2 * BEAT_S)
         if dist.is_initialized():
             dist.destroy_process_group()

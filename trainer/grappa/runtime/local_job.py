@@ -206,7 +206,7 @@ class LocalJob:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the wait short
             self.stop_all()
             raise Stopped(self.stopped_message("SIGTERM")) from None
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or anything that ends the launcher's own loop early
             self.stop_all()  # the aggregator checkpoints on the SIGTERM this sends
             raise
         finally:

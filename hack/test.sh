@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite, on a fresh machine as on a warm one, and at its end the time of
+# every phase. Phases that use different resources run side by side: the virtualenv and the
+# DistDGL peer's environment (downloads, disk) beside the test bed's build (Go builds on both
+# cores, root filesystems, images: hack/kind/bed.sh); pytest starts once the virtualenv is there,
+# its unit tests beside the build, its e2e tests as soon as the cluster is up (tests/kind_bed.py).
+#   hack/test.sh <venv> <pytest arguments...>
+# Phase times: $GRAPPA_CACHE/kind-bed/logs/phases.txt (hack/phases.py prints them).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+venv=${1:?usage: hack/test.sh <venv> <pytest arguments...>}
+shift
+export GRAPPA_CACHE=${GRAPPA_CACHE:-$HOME/.cache/grappa}
+export GRAPPA_T0=$(date +%s) GRAPPA_PHASES=$GRAPPA_CACHE/kind-bed/logs/phases.txt
+source "$here/kind/lib.sh"  # phase, job, await; $BED and its folders
+: >"$GRAPPA_PHASES"
+
+summary() { python3 "$here/phases.py" "$GRAPPA_PHASES" "$GRAPPA_T0"; }
+trap summary EXIT
+
+phase deps "$here/install-test-deps.sh"
+job venv env PYTHON="${PYTHON:-python3}" "$here/ensure-venv.sh" "$venv"
+# The peer smoke test waits for this one itself (peer-env.sh's lock) and says why if it failed.
+job peer-env "$here/peer-env.sh"
+rc=0
+"$here/kind/bed.sh" run --early -- "$here/kind/suite.sh" "$venv" "$@" || rc=$?
+wait || true  # the environments' jobs, long done by now
+exit $rc

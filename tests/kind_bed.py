@@ -1,0 +1,39 @@
+"""The offline kind bed builds and starts the cluster while the suite runs (hack/kind/bed.sh run
+--early): e2e tests wait here for what they need. tests/conftest.py calls this from its
+runtest hook, outside a test's own timeout, so a cold machine's 30-minute build is waited for
+without counting against any test."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from waiting import wait_until
+
+CLUSTER = "GRAPPA_E2E_CLUSTER_READY"  # the cluster, with the images loaded
+KUEUE = "GRAPPA_E2E_KUEUE_READY"      # Kueue installed in it (built and installed last)
+
+
+def wait_for(env: str, what: str) -> None:
+    """Until the bed's marker file named by $env exists; stops the session at once when the bed
+    wrote `.failed` beside it (its log says why). Without $env (another cluster), no wait."""
+    if not os.environ.get(env):
+        return
+    ready = Path(os.environ[env])
+    if ready.exists():
+        return
+    failed, logs = ready.with_suffix(".failed"), ready.parent.parent / "logs"
+
+    def done() -> bool:
+        if failed.exists():
+            pytest.exit(f"the kind bed's {what} failed: see {logs} (bring-up.log first)", returncode=1)
+        return ready.exists()
+
+    def building() -> tuple:  # the bed's logs grow while it builds and starts
+        return tuple(sorted((p.name, p.stat().st_size) for p in logs.glob("*") if p.is_file()))
+
+    sys.stderr.write(f"\ne2e: waiting for the kind bed's {what} (building: {logs}) ...\n")
+    # A Go build of one large binary logs nothing for minutes: half an hour without a word is stuck.
+    wait_until(done, f"the kind bed's {what}", stall=1800, progress=building, ceiling=4 * 3600, poll=2)
