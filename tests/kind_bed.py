@@ -16,24 +16,27 @@ CLUSTER = "GRAPPA_E2E_CLUSTER_READY"  # the cluster, with the images loaded
 KUEUE = "GRAPPA_E2E_KUEUE_READY"      # Kueue installed in it (built and installed last)
 
 
-def wait_for(env: str, what: str) -> None:
-    """Until the bed's marker file named by $env exists; stops the session at once when the bed
-    wrote `.failed` beside it (its log says why). Without $env (another cluster), no wait."""
+def wait_for(env: str, what: str) -> bool:
+    """Until the bed's marker file named by $env exists (True), or the bed wrote `.failed` beside
+    it (False: its log says why; the fixtures that need it then fail each test, naming the log).
+    Without $env (another cluster), no wait."""
     if not os.environ.get(env):
-        return
+        return True
     ready = Path(os.environ[env])
-    if ready.exists():
-        return
     failed, logs = ready.with_suffix(".failed"), ready.parent.parent / "logs"
+    if not ready.exists() and not failed.exists():
+        def building() -> tuple:  # the bed's logs grow while it builds and starts
+            return tuple(sorted((p.name, p.stat().st_size) for p in logs.glob("*") if p.is_file()))
 
-    def done() -> bool:
-        if failed.exists():
-            pytest.exit(f"the kind bed's {what} failed: see {logs} (bring-up.log first)", returncode=1)
-        return ready.exists()
+        sys.stderr.write(f"\ne2e: waiting for the kind bed's {what} (building: {logs}) ...\n")
+        # A Go build of one large binary logs nothing for minutes: half an hour silent is stuck.
+        wait_until(lambda: ready.exists() or failed.exists(), f"the kind bed's {what}", stall=1800,
+                   progress=building, ceiling=4 * 3600, poll=2)
+    return ready.exists()
 
-    def building() -> tuple:  # the bed's logs grow while it builds and starts
-        return tuple(sorted((p.name, p.stat().st_size) for p in logs.glob("*") if p.is_file()))
 
-    sys.stderr.write(f"\ne2e: waiting for the kind bed's {what} (building: {logs}) ...\n")
-    # A Go build of one large binary logs nothing for minutes: half an hour without a word is stuck.
-    wait_until(done, f"the kind bed's {what}", stall=1800, progress=building, ceiling=4 * 3600, poll=2)
+def require(env: str, what: str) -> None:
+    """wait_for, failing the test when the bed could not make what it needs."""
+    if not wait_for(env, what):
+        logs = Path(os.environ[env]).parent.parent / "logs"
+        pytest.fail(f"the kind bed's {what} could not be made: see {logs} (bring-up.log first)", pytrace=False)

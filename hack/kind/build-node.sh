@@ -165,7 +165,7 @@ DOCKERFILE
     build_quietly -t grappa/kind-node:stage "$work/node"
     # Pre-import the images into the node's containerd, as kind's node-image build does.
     id=$(docker run -d --privileged --network none --entrypoint sleep grappa/kind-node:stage infinity)
-    trap 'docker rm -f "$id" >/dev/null 2>&1 || true' RETURN
+    trap 'docker rm -f "$id" >/dev/null 2>&1 || true; trap - RETURN' RETURN  # once, on this return
     docker exec -d "$id" sh -c 'containerd >/tmp/containerd.log 2>&1'
     for _ in $(seq 30); do docker exec "$id" ctr version >/dev/null 2>&1 && break; sleep 1; done
     docker save $(cat "$work/node-images.txt") | docker exec -i "$id" ctr -n k8s.io images import --all-platforms --no-unpack -

@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    kind_bed.wait_for(kind_bed.CLUSTER, "cluster")  # tests/conftest.py did, unless run alone
+    kind_bed.require(kind_bed.CLUSTER, "cluster")  # tests/conftest.py waited, unless run alone
     yield Cluster.from_environment()
 
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import helpers as h
+import kind_bed
 from cluster import Cluster
 
 # One lane (tests/lanes.py): the tests share Kueue's queue and its quota.
@@ -48,10 +49,12 @@ def _install_release(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="module")
 def kueue(cluster: Cluster) -> None:
+    kind_bed.require(kind_bed.KUEUE, "Kueue")  # built and installed last on the bed
     mode = os.environ.get("GRAPPA_E2E_KUEUE", "")
     if not _installed(cluster):
         if mode == "installed":
-            pytest.fail("the kind bed was to install Kueue but its deployment is missing (see the bed's cluster.log)")
+            pytest.fail("the kind bed was to install Kueue but its deployment is missing (see the bed's "
+                        "kueue-install.log)")
         if mode != "release":
             pytest.skip("Kueue is not installed in this cluster: the kind bed installs it from "
                         "../shared/vendor-src; elsewhere set GRAPPA_E2E_KUEUE=release (internet)")
