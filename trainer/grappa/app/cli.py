@@ -19,7 +19,7 @@ import yaml
 
 from grappa.config import ConfigError, TrainConfig, load_config
 from grappa.inference.commands import INFERENCE_COMMANDS, run_inference
-from grappa.runtime.exit_codes import EXIT_CANNOT_RUN, EXIT_CONFIG, EXIT_CRASH, cannot_run, group_failed
+from grappa.runtime.exit_codes import report_error, run_reporting
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
 from grappa.util.files import ensure_writable
 
@@ -85,18 +85,6 @@ def setup_logging() -> None:
     if threads:
         import torch
         torch.set_num_threads(int(threads))
-
-
-def report_error(err: Exception) -> None:
-    """The one `grappa: error:` line on stderr and, in a pod, as the container's termination
-    message, which the operator makes the job's status message (no log tail, no progress bars).
-    The kubelet creates the file in every container; it is absent outside a pod."""
-    text = f"grappa: error: {err}"
-    print(text, file=sys.stderr)
-    path = os.environ.get("GRAPPA_TERMINATION_LOG", "/dev/termination-log")
-    if os.path.isfile(path) and os.access(path, os.W_OK):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text.encode()[:4096].decode(errors="ignore"))  # the kubelet keeps 4096 bytes
 
 
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
@@ -209,23 +197,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_command(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.command not in ("aggregator", "worker"):
+        setup_logging()
+    if args.command in INFERENCE_COMMANDS:
+        return run_inference(args.command, cfg, args)
+    if args.command == "train":
+        claim_run_dir(cfg, fresh=args.start_over)
+    elif args.command in ("single", "aggregator"):
+        ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+    extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
+    return COMMANDS[args.command][1](cfg, **extra)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = config_from_args(args)
-        if args.command not in ("aggregator", "worker"):
-            setup_logging()
-        if args.command in INFERENCE_COMMANDS:
-            return run_inference(args.command, cfg, args)
-        if args.command == "train":
-            claim_run_dir(cfg, fresh=args.start_over)
-        elif args.command in ("single", "aggregator"):
-            ensure_writable(cfg.run_dir, "runDir", "--run-dir")
-        extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
-        return COMMANDS[args.command][1](cfg, **extra)
-    except ConfigError as err:
-        report_error(err)
-        return EXIT_CONFIG
+        return run_reporting(lambda: run_command(args))
     except Stopped as err:  # SIGTERM, the last completed epoch saved (logged where it happened)
         if str(err):
             print(f"grappa: {err}", file=sys.stderr)
@@ -235,11 +224,3 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_STOPPED)
-    except Exception as err:
-        if isinstance(err, group_failed()):  # another rank died, froze or diverged: retryable
-            report_error(err)
-            return EXIT_CRASH
-        if not isinstance(err, cannot_run()):
-            raise
-        report_error(err)
-        return EXIT_CANNOT_RUN

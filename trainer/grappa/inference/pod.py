@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from grappa.config import ConfigError, load_config
+from grappa.config import load_config
 from grappa.inference.job import PredictJob
 from grappa.inference.predict_worker import LAUNCHED, MANIFEST, run_worker, wait_until
-from grappa.runtime.exit_codes import EXIT_CANNOT_RUN, EXIT_CONFIG, cannot_run
+from grappa.runtime.exit_codes import run_reporting
 from grappa.runtime.stop import EXIT_STOPPED
 
 log = logging.getLogger("grappa.predict")
@@ -79,27 +79,24 @@ def work(job: PredictJob, rank: int) -> None:
         run_worker(job, rank)
 
 
+def run_role(role: str) -> int:
+    job = job_from_env()
+    if role == "aggregator":
+        coordinate(job)
+    else:
+        work(job, int(os.environ["RANK"]) - 1)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     role = argv[0]
     logging.basicConfig(level=os.environ.get("GRAPPA_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s predict-{role} %(levelname)s %(message)s")
     # PID 1 of a container needs a handler to die on SIGTERM; nothing to save (files by rename)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(EXIT_STOPPED))
-    try:
-        job = job_from_env()
-        if role == "aggregator":
-            coordinate(job)
-        else:
-            work(job, int(os.environ["RANK"]) - 1)
-    except ConfigError as err:  # the model does not fit the graph, an old model file, ...
-        print(f"grappa: error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except Exception as err:
-        if not isinstance(err, cannot_run()):
-            raise
-        print(f"grappa: error: {err}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return 0
+    # the CLI's error path: the model does not fit the graph, an old model file, ... end with one
+    # `grappa: error:` line on stderr and in the termination message, which the operator reports
+    return run_reporting(lambda: run_role(role))
 
 
 if __name__ == "__main__":
