@@ -101,3 +101,16 @@ def test_job_status_reports_progress_and_applies_operator_rounds_at_boundaries()
     js.report(Progress(epoch=12, test_acc=0.81, best_val=0.8, best_epoch=10), final=True)
     final = api.patches[-1][2]["status"]
     assert final["progress"]["finished"] is True and final["result"]["testAcc"] == 0.81
+
+
+def test_accuracy_gauges_say_how_they_were_measured_as_the_docs_do():
+    """Mini-batch runs evaluate on samples by default: the gauges' help may not promise "exact
+    evaluation" (issue 35), and docs/metrics.md says what the help says."""
+    from pathlib import Path
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    m = TrainerMetrics(rank=0, job="demo")
+    helps = {metric.name: metric.documentation for metric in m.registry.collect()}
+    for split in ("train", "val", "test"):
+        name = f"grappa_trainer_{split}_accuracy"
+        assert "sampled" in helps[name] and "exact" in helps[name], helps[name]
+        assert f"| `{name}` | gauge | | {helps[name]} |" in docs, name
