@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -73,9 +74,30 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             overrides[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); quote it "
-                              f"(--set '{key.strip()}=\"...\"') or fix the brackets") from None
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); "
+                              f"{yaml_fix(key.strip(), value)}") from None
     return load_config(getattr(args, "config", None), overrides)
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_.+-]*$")  # YAML reads these unquoted as themselves
+
+
+def _quoted(item: str) -> str:
+    item = item.strip().strip("'\"")
+    return item if _PLAIN.match(item) else json.dumps(item)
+
+
+def yaml_fix(key: str, value: str) -> str:
+    """A --set the user can paste: a list stays a list (quoting the whole value would make it a
+    string, which the field then refuses), its items quoted where YAML reads them otherwise."""
+    v = value.strip()
+    if v.startswith("["):
+        items = ", ".join(_quoted(i) for i in v.strip("[]").split(",") if i.strip())
+        return (f"write the list in brackets and quote it whole for the shell, each item holding "
+                f"YAML's special characters (* & ! : # ...) in double quotes: --set '{key}=[{items}]'")
+    if v.startswith("{"):
+        return f"write a mapping as {{field: value}}, values holding YAML's special characters in double quotes"
+    return f"quote it: --set '{key}={json.dumps(v)}'"
 
 
 def setup_logging() -> None:
