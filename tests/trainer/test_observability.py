@@ -114,3 +114,12 @@ def test_accuracy_gauges_say_how_they_were_measured_as_the_docs_do():
         name = f"grappa_trainer_{split}_accuracy"
         assert "sampled" in helps[name] and "exact" in helps[name], helps[name]
         assert f"| `{name}` | gauge | | {helps[name]} |" in docs, name
+
+
+def test_the_plot_title_names_the_users_graph_not_its_format(tmp_path):
+    from grappa.app.report import describe_run
+    from grappa.config import TrainConfig
+    cfg = TrainConfig.model_validate({"dataset": {"name": "arrays", "path": "/data/graphs/mygraph/"}})
+    title = describe_run(json.loads(cfg.model_dump_json(by_alias=True)))
+    assert title.startswith("mygraph (arrays) - GCN x2"), title
+    assert describe_run(json.loads(TrainConfig().model_dump_json(by_alias=True))).startswith("csbm - ")

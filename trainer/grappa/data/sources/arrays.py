@@ -134,7 +134,11 @@ class ArraysSource(GraphSource):
         h = npy_header(path)
         if h.dtype == np.bool_:
             if h.shape != (self.num_nodes,):
-                raise DatasetError(f"{h.origin}: mask has shape {h.shape}; expected [{self.num_nodes}]")
+                n = self.num_nodes
+                raise DatasetError(
+                    f"{h.origin}: mask has shape {h.shape}; expected [{n}], one bool per row of "
+                    f"{self.feature_origin}: save m = numpy.zeros({n}, bool) with m[ids] = True, "
+                    "or the split's node ids themselves as an integer array")
             self.splits.add_mask(code, h)
             return
         if len(h.shape) != 1:
