@@ -22,7 +22,7 @@ from grappa.config import ConfigError, TrainConfig, load_config
 from grappa.inference.commands import INFERENCE_COMMANDS, run_inference
 from grappa.runtime.exit_codes import report_error, run_reporting
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
-from grappa.util.files import ensure_writable
+from grappa.util.files import ensure_writable, removed_if_left_empty
 
 # flag -> dotted config field
 FLAGS = {
@@ -96,7 +96,7 @@ def yaml_fix(key: str, value: str) -> str:
         return (f"write the list in brackets and quote it whole for the shell, each item holding "
                 f"YAML's special characters (* & ! : # ...) in double quotes: --set '{key}=[{items}]'")
     if v.startswith("{"):
-        return f"write a mapping as {{field: value}}, values holding YAML's special characters in double quotes"
+        return "write a mapping as {field: value}, values holding YAML's special characters in double quotes"
     return f"quote it: --set '{key}={json.dumps(v)}'"
 
 
@@ -225,12 +225,17 @@ def run_command(args: argparse.Namespace) -> int:
         setup_logging()
     if args.command in INFERENCE_COMMANDS:
         return run_inference(args.command, cfg, args)
-    if args.command == "train":
-        claim_run_dir(cfg, fresh=args.start_over)
-    elif args.command in ("single", "aggregator"):
-        ensure_writable(cfg.run_dir, "runDir", "--run-dir")
     extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
-    return COMMANDS[args.command][1](cfg, **extra)
+    if args.command == "aggregator":
+        ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+    if args.command not in ("train", "single"):
+        return COMMANDS[args.command][1](cfg, **extra)
+    with removed_if_left_empty(cfg.run_dir):  # refused data leaves no empty run directory
+        if args.command == "train":
+            claim_run_dir(cfg, fresh=args.start_over)
+        else:
+            ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+        return COMMANDS[args.command][1](cfg, **extra)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -25,6 +25,7 @@ from grappa.runtime.stop import EXIT_STOPPED, Stopped
 # How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
 # one checkpoint write at most; this leaves room for a slow disk.
 STOP_GRACE_S = 30.0
+PIDS = "pids.json"  # rank -> pid while the processes run
 
 
 class LaunchError(RuntimeError):
@@ -119,8 +120,8 @@ class LocalJob:
                 cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=die_with(os.getpid())))
             log.close()
-        # Which process is which rank, for people (and tests) who need to signal one.
-        (self.run_dir / "pids.json").write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
+        # Which process is which rank, for people (and tests) who need to signal one, while they run.
+        (self.run_dir / PIDS).write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
 
     def stop_all(self, grace: float = STOP_GRACE_S) -> None:
         for p in self.procs:
@@ -212,6 +213,8 @@ class LocalJob:
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)
+            if all(p.poll() is not None for p in self.procs):  # nobody left to signal
+                (self.run_dir / PIDS).unlink(missing_ok=True)
         report = self.run_dir / "report.json"
         if not report.exists():
             raise LaunchError(f"all processes exited 0 but {report} was not written")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 class OutputDirError(RuntimeError):
@@ -55,3 +57,21 @@ def atomic_write(path: Path, payload: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def removed_if_left_empty(path: str | Path) -> Iterator[Path]:
+    """On an error inside the block, remove `path` and the parents missing before it, where the
+    block created them and left them empty: a failed command leaves no empty folder behind (a
+    folder holding anything, or one that existed before, is kept)."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # innermost first
+    try:
+        yield path
+    except BaseException:
+        for p in missing:
+            try:
+                p.rmdir()  # refuses a folder that is not empty
+            except OSError:
+                break
+        raise

@@ -12,7 +12,7 @@ from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
 from grappa.data.store import is_prepared, prepare, read_manifest
 from grappa.data.store.fingerprint import changes, fingerprint, input_files
-from grappa.util.files import ensure_writable
+from grappa.util.files import ensure_writable, removed_if_left_empty
 
 REPREPARE_FLAG = "--reprepare"
 
@@ -45,13 +45,14 @@ def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = Fal
 
 
 def _prepare(cfg: TrainConfig, store: Path, source_id: dict, prints: dict, progress: bool) -> dict:
-    ensure_writable(store, "storeDir", "--store-dir")
-    from grappa.data.open import open_dataset
-    source = open_dataset(cfg.dataset, progress=progress)
-    return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
-                   feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
-                   workers=cfg.prepare.workers, progress=progress,
-                   extra={"source_files": prints} if prints else None)
+    with removed_if_left_empty(store):  # a refused dataset leaves no empty store folder
+        ensure_writable(store, "storeDir", "--store-dir")
+        from grappa.data.open import open_dataset
+        source = open_dataset(cfg.dataset, progress=progress)
+        return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
+                       feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
+                       workers=cfg.prepare.workers, progress=progress,
+                       extra={"source_files": prints} if prints else None)
 
 
 def _replace(cfg: TrainConfig, store: Path, source_id: dict, prints: dict, progress: bool) -> dict:
