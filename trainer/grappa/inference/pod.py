@@ -29,11 +29,13 @@ log = logging.getLogger("grappa.predict")
 def job_from_env() -> PredictJob:
     from grappa.data.store.chunk_store import ChunkStore
     from grappa.inference.commands import new_job
+    from grappa.inference.graph import named_graph
     from grappa.models.model_file import read_meta
     cfg = load_config()  # $GRAPPA_CONFIG: the dataset's store, the run directory, P
     spec = json.loads(os.environ["GRAPPA_PREDICT"])
     meta, _ = read_meta(spec["model"])
     store = ChunkStore(cfg.store_path)
+    named_graph(store, meta, f"spec.dataset ({cfg.dataset.name})")  # said when not the training graph
     return new_job(spec["model"], meta, store, Path(cfg.run_dir) / spec["out"], cfg.partitions, predict=True,
                    evaluate=bool(spec.get("evaluate")), scores=bool(spec.get("scores")),
                    embed=spec.get("embeddings"), embed_dtype=spec.get("embeddingDtype", "float16"))

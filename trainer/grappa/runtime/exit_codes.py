@@ -27,9 +27,12 @@ def cannot_run() -> tuple[type[Exception], ...]:
 
 
 def group_failed() -> tuple[type[Exception], ...]:
+    """Another process of the job died, froze or diverged (the launcher's LaunchError: a rank or
+    a predict worker exited with an error; its message names it and its log)."""
     from grappa.runtime.group import GroupFailure
+    from grappa.runtime.local_job import LaunchError
     from grappa.runtime.replica import ReplicaDiverged
-    return GroupFailure, ReplicaDiverged
+    return GroupFailure, ReplicaDiverged, LaunchError
 
 
 def exit_code(err: BaseException) -> Optional[int]:

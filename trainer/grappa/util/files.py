@@ -23,7 +23,8 @@ def _blocker(path: Path) -> str:
 
 
 def ensure_writable(path: str | Path, field: str, flag: str) -> Path:
-    """Create `path` if needed and prove a file can be written in it; OutputDirError otherwise."""
+    """Create `path` if needed and prove a file can be written in it; OutputDirError otherwise.
+    `field`: the config field it comes from (or the flag itself, for a command's own flag)."""
     path = Path(path)
     probe = path / f".grappa-write-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
@@ -32,9 +33,10 @@ def ensure_writable(path: str | Path, field: str, flag: str) -> Path:
         probe.unlink()
     except OSError as err:
         why = _blocker(path) or err.strerror or str(err)
+        setting = "" if field == flag else f" (or set {field})"
         raise OutputDirError(
-            f"{field} {path}: cannot write there ({why}); give a writable folder with {flag} "
-            f"(or set {field}), or mount the volume read-write") from None
+            f"{field} {path}: cannot write there ({why}); give a writable folder with {flag}"
+            f"{setting}, or mount the volume read-write") from None
     return path
 
 
