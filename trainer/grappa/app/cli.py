@@ -19,7 +19,7 @@ from typing import Optional
 import yaml
 
 from grappa.config import ConfigError, TrainConfig, load_config
-from grappa.inference.commands import INFERENCE_COMMANDS, run_inference
+from grappa.inference.commands import FLAG_HELP, GRAPH_FLAGS, INFERENCE_COMMANDS, run_inference
 from grappa.runtime.exit_codes import report_error, run_reporting
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
 from grappa.util.files import ensure_writable, removed_if_left_empty
@@ -42,15 +42,22 @@ FLAGS = {
 }
 
 
-def add_config_flags(p: argparse.ArgumentParser) -> None:
+def add_config_flags(p: argparse.ArgumentParser, only: Optional[tuple[str, ...]] = None,
+                     helps: Optional[dict[str, str]] = None) -> None:
+    """The config's flags (`only` these, e.g. an inference command's graph flags), `--config`
+    and `--set`."""
     p.add_argument("--config", help="YAML or JSON file with a TrainConfig (fields: trainer/grappa/config.py)")
     for name, (field, typ) in FLAGS.items():
+        if only is not None and name not in only:
+            continue
         flag = "--" + name.replace("_", "-")
+        text = (helps or {}).get(name, f"sets {field}")
         if typ is None:
-            p.add_argument(flag, action="store_true", default=None, help=f"sets {field}")
+            p.add_argument(flag, action="store_true", default=None, help=text)
         else:
-            p.add_argument(flag, type=typ, help=f"sets {field}")
-    p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
+            p.add_argument(flag, type=typ, help=text)
+    if only is None:
+        p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any config field, dotted (e.g. --set dataset.synthetic.num_nodes=20000)")
 
@@ -122,16 +129,33 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     return 0
 
 
-def claim_run_dir(cfg: TrainConfig, fresh: bool = False) -> None:
-    """The run directory is writable, and holds no other run (or, with --start-over, no run)."""
+def claim_run_dir(cfg: TrainConfig, fresh: bool = False, command: str = "train") -> Optional[dict]:
+    """The run directory is writable, and holds no other run (or, with --start-over, no run).
+    Returns the report of this very run when the directory holds it finished."""
     from grappa.app.rerun import check_rerun, start_over
     ensure_writable(cfg.run_dir, "runDir", "--run-dir")
     if fresh:
         removed = start_over(Path(cfg.run_dir))
         if removed:
             print(f"grappa: --start-over: removed {', '.join(removed)} from {cfg.run_dir}", file=sys.stderr)
-    else:
-        check_rerun(cfg)
+        return None
+    return check_rerun(cfg, command)
+
+
+def print_finished(report: dict, cfg: TrainConfig, command: str) -> None:
+    """A rerun of a finished run: said, with its result, and nothing started; and when the
+    dataset's files changed since its store was prepared, that too (the run stays as it was)."""
+    from grappa.data.store.fingerprint import changed_since_prepared
+    from grappa.data.store.manifest import MANIFEST
+    extend = "add --epochs N to extend it, " if command == "train" else ""
+    print(f"grappa: {cfg.run_dir} holds this run, finished ({report['epochs']} epochs): nothing to "
+          f"train; {extend}or --start-over to train it again", file=sys.stderr)
+    if command == "train" and (cfg.store_path / MANIFEST).is_file():
+        _, changed = changed_since_prepared(json.loads((cfg.store_path / MANIFEST).read_text()))
+        if changed:
+            print(f"grappa: note: the dataset's files changed since the run's store was prepared "
+                  f"({'; '.join(changed)}); to train on them: --start-over --reprepare", file=sys.stderr)
+    print_result(report["result"], report, cfg.run_dir)
 
 
 def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
@@ -174,7 +198,7 @@ def cmd_single(cfg: TrainConfig) -> int:
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", val=f"{rec['val_acc']:.3f}")
         result, history = train_single(cfg, data, on_epoch=tick)
     report_path = write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), history, result,
-                               extra={"evaluation": "exact evaluation, full graph"})
+                               extra={"evaluation": "exact evaluation, full graph", "command": "single"})
     print_result(result, json.loads(report_path.read_text()), cfg.run_dir)
     return 0
 
@@ -205,16 +229,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, _) in COMMANDS.items():
         add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
-    sub.choices["train"].add_argument(
-        "--start-over", action="store_true",
-        help="delete the run directory's results (not its chunk store) and train from scratch")
+    for name in ("train", "single"):
+        sub.choices[name].add_argument(
+            "--start-over", action="store_true",
+            help="delete the run directory's results (not its chunk store) and train from scratch")
     for name in ("prepare", "train"):
         sub.choices[name].add_argument(
             "--reprepare", action="store_true",
             help="prepare the chunk store again when the dataset's files changed since it was made")
     for name, (help_text, add_arguments) in INFERENCE_COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        add_config_flags(p)  # the graph to run on: --dataset, --config, --set dataset.*
+        add_config_flags(p, only=GRAPH_FLAGS, helps=FLAG_HELP)  # the graph: --dataset, --config, --set dataset.*
         add_arguments(p)
     return parser
 
@@ -231,10 +256,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.command not in ("train", "single"):
         return COMMANDS[args.command][1](cfg, **extra)
     with removed_if_left_empty(cfg.run_dir):  # refused data leaves no empty run directory
-        if args.command == "train":
-            claim_run_dir(cfg, fresh=args.start_over)
-        else:
-            ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+        finished = claim_run_dir(cfg, fresh=args.start_over, command=args.command)
+        if finished is not None:
+            print_finished(finished, cfg, args.command)
+            return 0
         return COMMANDS[args.command][1](cfg, **extra)
 
 
