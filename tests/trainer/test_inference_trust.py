@@ -271,3 +271,24 @@ def test_progress_in_a_log_is_lines_that_reach_100_and_a_resume_starts_where_it_
     assert lines[0].startswith("predict: 800/1,200 rows (67%)"), lines  # two of three layers done
     assert lines[-1].startswith("predict: 1,200/1,200 rows (100%)"), lines
     assert "resuming" in err
+
+
+def test_readme_predict_on_a_new_graph_runs_as_written(tmp_path):
+    """README "Using the trained model": train on a labelled graph, predict on a new, unlabelled
+    one (edges and features only), as written (the /tmp folders in a scratch folder). The new
+    graph's hidden communities are write_graph's own: the predictions recover them."""
+    import subprocess
+    import sys
+
+    from test_examples import readme_block
+    script = readme_block("predict-new-graph").replace("/tmp/", f"{tmp_path}/")
+    script = script.replace("examples/", f"{REPO}/examples/").replace("python ", f"{sys.executable} ")
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'operator'}"}
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "nodes per class: [" in res.stdout, res.stdout
+    assert sorted(p.name for p in (tmp_path / "newgraph").iterdir()) == ["edges.npy", "features.npy"]
+    predicted = np.load(tmp_path / "runs" / "newgraph-predictions" / "predictions.npy")
+    truth = np.random.default_rng(1).integers(0, 4, 5000)  # write_graph --seed 1's communities
+    assert predicted.shape == (5000,) and (predicted == truth).mean() > 0.9
