@@ -301,3 +301,15 @@ def test_grappa_single_reruns_like_train(tmp_path, capsys):
     assert main(single(run, "--arch", "sage", "--start-over")) == 0
     assert json.loads((run / "report.json").read_text())["config"]["model"]["arch"] == "sage"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("command", ["train", "single"])
+def test_a_run_directory_holding_other_files_is_refused_before_anything_is_written(tmp_path, capsys, command):
+    run = tmp_path / "project"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    (run / "data.csv").write_text("1,2")
+    assert main([command, "--run-dir", str(run), "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds files that are not a run's (data.csv, notes.txt)" in err and "--run-dir" in err, err
+    assert sorted(p.name for p in run.iterdir()) == ["data.csv", "notes.txt"]

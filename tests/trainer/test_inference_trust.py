@@ -292,3 +292,21 @@ def test_readme_predict_on_a_new_graph_runs_as_written(tmp_path):
     predicted = np.load(tmp_path / "runs" / "newgraph-predictions" / "predictions.npy")
     truth = np.random.default_rng(1).integers(0, 4, 5000)  # write_graph --seed 1's communities
     assert predicted.shape == (5000,) and (predicted == truth).mean() > 0.9
+
+
+def test_convert_never_replaces_a_file_and_says_so_in_one_line(run, tmp_path):
+    """`python -m grappa.model_file convert` wrote over an existing --out (and its default,
+    OLD.v1.pt) without a word; an unwritable folder was a traceback."""
+    import subprocess
+    import sys
+    old = tmp_path / "old.pt"
+    torch.save(torch.load(run / "model.pt", weights_only=False)["state_dict"], old)
+    taken = tmp_path / "taken.pt"
+    taken.write_bytes(b"someone's file")
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'operator'}"}
+    cmd = [sys.executable, "-m", "grappa.model_file", "convert", str(old), "--config", str(tmp_path / "c.json")]
+    res = subprocess.run(cmd + ["--out", str(taken)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 2 and res.stderr.startswith("grappa: error: --out "), res.stderr
+    assert "exists" in res.stderr and taken.read_bytes() == b"someone's file"
+    res = subprocess.run(cmd + ["--out", str(taken / "x.pt")], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 3 and "cannot write there" in res.stderr and "Traceback" not in res.stderr, res.stderr

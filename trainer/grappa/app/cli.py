@@ -132,7 +132,8 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
 def claim_run_dir(cfg: TrainConfig, fresh: bool = False, command: str = "train") -> Optional[dict]:
     """The run directory is writable, and holds no other run (or, with --start-over, no run).
     Returns the report of this very run when the directory holds it finished."""
-    from grappa.app.rerun import check_rerun, start_over
+    from grappa.app.rerun import check_contents, check_rerun, start_over
+    check_contents(Path(cfg.run_dir))  # before anything is written there
     ensure_writable(cfg.run_dir, "runDir", "--run-dir")
     if fresh:
         removed = start_over(Path(cfg.run_dir))

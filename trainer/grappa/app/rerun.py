@@ -14,6 +14,7 @@ run never share a run directory.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from pathlib import Path
@@ -32,6 +33,29 @@ RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "report.json", "model.pt", "train
 MODEL_OUTPUTS = ("predictions", "evaluation")
 START_OVER_FLAG = "--start-over"
 TRAIN, SINGLE = "train", "single"
+
+
+# Besides RUN_OUTPUTS and MODEL_OUTPUTS, what a run directory may hold: the default chunk store
+# (and the folders a --reprepare swaps it through), the default stores of a dataset predicted on
+# next to the model (OUT-store), a write probe.
+OTHER_ENTRIES = ("store", ".store.*", "predictions-store", "evaluation-store", ".grappa-write-test-*")
+
+
+def _a_runs(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in (*RUN_OUTPUTS, *MODEL_OUTPUTS, *OTHER_ENTRIES))
+
+
+def check_contents(run_dir: Path, flag: str = "--run-dir") -> None:
+    """ConfigError (exit 2) when the run directory holds anything a run does not write: a run
+    would write beside it, or over it (a user's own model.pt or report.json)."""
+    if not run_dir.is_dir():
+        return
+    foreign = sorted(p.name for p in run_dir.iterdir() if not _a_runs(p.name))
+    if foreign:
+        raise ConfigError(
+            f"run directory {run_dir} holds files that are not a run's ({', '.join(foreign[:6])}"
+            f"{', ...' if len(foreign) > 6 else ''}): a run writes only into a new or empty folder, or "
+            f"one holding a run's own files; give a new {flag}")
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -223,8 +223,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     c.add_argument("--config", type=Path, required=True, help="the run's config or report.json")
     c.add_argument("--out", type=Path, help="default: OLD with .v1.pt")
     args = p.parse_args(argv)
-    out = convert(args.old, args.config, args.out or args.old.with_suffix(".v1.pt"))
-    print(f"wrote {out}")
+    return _convert_command(args.old, args.config, args.out or args.old.with_suffix(".v1.pt"))
+
+
+def _convert_command(old: Path, config: Path, out: Path) -> int:
+    """convert, writing a new file only: an existing one is never replaced, and a folder that
+    cannot be written is one line (exit 3) before any work."""
+    from grappa.util.files import ensure_writable
+    if out.exists():
+        raise ConfigError(f"--out {out} exists: give another --out (or delete it); convert writes a new file only")
+    ensure_writable(out.parent, "--out", "--out")
+    print(f"wrote {convert(old, config, out)}")
     return 0
 
 
