@@ -1,12 +1,13 @@
 """What a local run's processes do before epoch 1, for the launcher to show instead of silence.
 
-Measured on a 2-core machine (P = 2, 2,000 nodes): 12.8 s from spawning the three processes to
-the end of epoch 1, of which 11 s went to imports (torch, and PyG with torch._dynamo, three
-processes at once on two cores), 1 s to the rendezvous, 0.1 s to the round's local graphs and
-0.2 s to the epoch. The ranks no longer import PyG (9.3 s then); the rest is torch's and the
-group's, so the launcher says what is under way: the aggregator appends a line per phase to the
-file named by $GRAPPA_PHASES_FILE (set by the launcher only: pods log instead), which the launcher
-prints once each.
+Where the time goes (P = 2, 2,000 nodes, a 2-core machine shared with other work): spawning the
+three processes to the end of epoch 1 took 5.6-13.2 s, nearly all of it imports. Alone, one
+process imports torch in 3-5 s and torch._dynamo in 3-4 s more (PyG pulled it in at import;
+torch.optim pulls it in at the first optimizer anyway), PyG itself ~1 s more; three processes do
+it at once on two cores. The rendezvous took ~1 s, the round's local graphs 0.01-0.04 s, epoch 1
+0.1-0.2 s. The ranks no longer import PyG; the rest is torch's, so the launcher says what is under
+way: the aggregator appends a line per phase to the file named by $GRAPPA_PHASES_FILE (set by the
+launcher only: pods log instead), which the launcher prints once each.
 """
 from __future__ import annotations
 
