@@ -310,3 +310,36 @@ def test_convert_never_replaces_a_file_and_says_so_in_one_line(run, tmp_path):
     assert "exists" in res.stderr and taken.read_bytes() == b"someone's file"
     res = subprocess.run(cmd + ["--out", str(taken / "x.pt")], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 3 and "cannot write there" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_predict_jobs_prepare_pod_needs_edges_and_features_only(tmp_path):
+    """A GrappaJob with spec.predict runs `grappa prepare` with $GRAPPA_PREDICT set: its graph is
+    prepared for inference (an unlabelled one too), and one of the wrong width is refused before
+    it is written."""
+    import subprocess
+    import sys
+    graph = tmp_path / "graph"
+    write_graph(graph, features=8)
+    cfg = arrays_cfg(graph, tmp_path / "train")
+    prepare_store(cfg, progress=False)
+    model = model_file(cfg, tmp_path / "model.pt", "gcn")
+    new = tmp_path / "new"
+    write_graph(new, n=300, edges=1200, features=8)
+    for name in ("labels.npy", "train.npy", "val.npy", "test.npy"):
+        (new / name).unlink()
+
+    def prepare(folder: Path, run: Path) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'operator'}",
+               "GRAPPA_CONFIG": arrays_cfg(folder, run).model_dump_json(by_alias=True),
+               "GRAPPA_PREDICT": json.dumps({"model": str(model), "out": "predictions"})}
+        env.pop("GRAPPA_JOB_NAME", None)
+        return subprocess.run([sys.executable, "-m", "grappa", "prepare"], capture_output=True, text=True,
+                              env=env, timeout=300)
+    res = prepare(new, tmp_path / "run")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "run" / "store" / "manifest.json").read_text())["num_nodes"] == 300
+    wide = tmp_path / "wide"
+    write_graph(wide, features=5)
+    res = prepare(wide, tmp_path / "run2")
+    assert res.returncode == 2 and "takes 8 input features" in res.stderr, res.stderr
+    assert not (tmp_path / "run2" / "store").exists()

@@ -117,8 +117,12 @@ def setup_logging() -> None:
 
 
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
-    from grappa.data.store.preparation import prepare_store
-    manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
+    from grappa.data.store.preparation import TRAINING, prepare_store
+    purpose = TRAINING
+    if os.environ.get("GRAPPA_PREDICT"):  # a predict job's prepare pod: a graph for inference
+        from grappa.inference.pod import prepare_purpose
+        purpose = prepare_purpose()
+    manifest = prepare_store(cfg, progress=True, reprepare=reprepare, purpose=purpose)
     print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
           f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
     run = manifest.get("prepare")

@@ -26,6 +26,19 @@ from grappa.runtime.stop import EXIT_STOPPED
 log = logging.getLogger("grappa.predict")
 
 
+def prepare_purpose():
+    """What a predict job's prepare pod prepares the spec's dataset for: inference, so edges and
+    features (labels and splits only when the job scores), of the width the model takes (checked
+    on the source's headers, before the store is written)."""
+    from grappa.data.store.preparation import Purpose
+    from grappa.inference.commands import check_width
+    from grappa.models.model_file import read_meta
+    spec = json.loads(os.environ["GRAPPA_PREDICT"])
+    meta, _ = read_meta(spec["model"])
+    return Purpose(need_labels=bool(spec.get("evaluate")),
+                   check_source=lambda src: check_width(spec["model"], meta, src.num_features, src.feature_origin))
+
+
 def job_from_env() -> PredictJob:
     from grappa.data.store.chunk_store import ChunkStore
     from grappa.inference.commands import new_job
