@@ -343,3 +343,27 @@ def test_a_predict_jobs_prepare_pod_needs_edges_and_features_only(tmp_path):
     res = prepare(wide, tmp_path / "run2")
     assert res.returncode == 2 and "takes 8 input features" in res.stderr, res.stderr
     assert not (tmp_path / "run2" / "store").exists()
+
+
+def test_unfinished_work_resumes_with_another_worker_count(run, tmp_path, monkeypatch):
+    """The same outputs asked with another P (or block size) keep the completed layers' row
+    files, which depend on the model and the graph alone (they were thrown away before)."""
+    from grappa.inference.local_predict import run_local
+    from grappa.inference.predict_worker import KILL_AFTER_LAYER
+    from grappa.runtime.local_job import LaunchError
+
+    from inference_helpers import job_for, load_outputs
+    model = model_file(TrainConfig.model_validate({"storeDir": str(run / "store"), "runDir": str(run)}),
+                       tmp_path / "deep.pt", "gcn", layers=3)
+    (tmp_path / "out").mkdir()
+    monkeypatch.setenv(KILL_AFTER_LAYER, "2")
+    with pytest.raises(LaunchError):
+        run_local(job_for(model, run / "store", tmp_path / "out", 2, scores=True), 400, 3, progress=False)
+    monkeypatch.delenv(KILL_AFTER_LAYER)
+    manifest = json.loads(run_local(job_for(model, run / "store", tmp_path / "out", 1, scores=True,
+                                            block_edges=500), 400, 3, progress=False).read_text())
+    assert manifest["per_worker"][0]["skipped_layers"] == [1, 2]
+    ref = reference_layers(load_model(model).model, run / "store")[-1]
+    got = load_outputs(tmp_path / "out")
+    np.testing.assert_array_equal(got["predictions"], ref.argmax(1).numpy())
+    np.testing.assert_allclose(got["scores"], torch.softmax(ref, 1).numpy(), atol=2e-3)

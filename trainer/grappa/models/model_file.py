@@ -198,6 +198,9 @@ def convert(old: Path, config: Path, out: Path) -> Path:
     from grappa.config import validate_config
     from grappa.data.store.chunk_store import ChunkStore
     from grappa.models import GNN
+    for path, what in ((old, "model file"), (config, "--config")):
+        if not path.is_file():
+            raise ModelFileError(f"{what} {path} does not exist")
     data = json.loads(config.read_text()) if config.suffix == ".json" else None
     if data is None:
         import yaml
