@@ -69,8 +69,20 @@ _RESOURCES = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
               "properties": {"requests": _QUANTITY_MAP, "limits": _QUANTITY_MAP}}
 _CONTAINERS = {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
                                           "properties": {"resources": _RESOURCES}}}
+# A pod's `overhead` is Kubernetes' to set: admission fills it from the pod's RuntimeClass and
+# refuses a pod whose overhead differs from the RuntimeClass's (or that has one without a
+# RuntimeClass that defines it). A CRD cannot read a RuntimeClass, so no rule here can tell the
+# runnable case from the refused one: a template overhead is refused at `kubectl apply`, and the
+# RuntimeClass's overhead still applies to the pods (Kueue adds it from runtimeClassName).
+OVERHEAD_REFUSED = (
+    "overhead cannot be set in a template: Kubernetes sets a pod's overhead from its RuntimeClass "
+    "(runtimeClassName) and refuses a pod whose overhead differs, and this CRD cannot read the "
+    "RuntimeClass to compare; remove overhead (the RuntimeClass's own overhead applies to the pods)")
+# The rule sits on `overhead` itself, so the API server names that field; it runs only when the
+# field is present, and refuses it whatever it holds.
+_OVERHEAD = {**_QUANTITY_MAP, **cel.validations(cel.rule("false", OVERHEAD_REFUSED))}
 _TEMPLATE_SPEC = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
-    "containers": _CONTAINERS, "initContainers": _CONTAINERS, "overhead": _QUANTITY_MAP, "resources": _RESOURCES}}
+    "containers": _CONTAINERS, "initContainers": _CONTAINERS, "overhead": _OVERHEAD, "resources": _RESOURCES}}
 
 
 def template_quantities(spec: dict[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -105,6 +117,8 @@ class PodTemplate(Section):
     def _quantities(cls, spec: dict[str, Any]) -> dict[str, Any]:
         bad = [f"{path}: {value!r} is not {quantities.HINT}" for path, value in template_quantities(spec)
                if quantities.parse(value) is None]
+        if "overhead" in spec:  # the CRD's rule, for a job stored under a CRD without it
+            bad.append(f"overhead: {OVERHEAD_REFUSED}")
         if bad:
             raise ValueError("; ".join(bad))
         return spec

@@ -142,10 +142,10 @@ def template_spec(pod: dict[str, Any]) -> dict[str, Any]:
     """What Kueue needs of a pod to count and place it. Kueue sums a pod's requests as the
     scheduler does (containers, plus native sidecars, or the largest init container if more, plus
     the pod overhead), so every part of that formula is carried; a limit without a request is the
-    request, as the API server defaults it on the pod."""
+    request, as the API server defaults it on the pod. The overhead is the RuntimeClass's (a
+    template may not set one: api.OVERHEAD_REFUSED), which Kueue adds from runtimeClassName."""
     ps = pod["spec"]
-    keep = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName",
-            "overhead", "resources")
+    keep = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName", "resources")
     out = {k: copy.deepcopy(ps[k]) for k in keep if k in ps}
     out["restartPolicy"] = ps.get("restartPolicy", "Never")
     if ps.get("initContainers"):

@@ -1,6 +1,7 @@
 """Kubernetes resource quantities ("500m", "2", "4Gi"): parsed by the kubernetes client's own
 parser, refused at admission by the CRD's `pattern` (the one Kubernetes' CRD generators emit for
-resource.Quantity, without a sign: requests, limits and overhead are never negative).
+resource.Quantity, without a sign: requests and limits are never negative) and, for a quantity
+written as an integer, which the pattern does not see (it applies to strings only), `minimum: 0`.
 
 `check` is the pydantic twin of the pattern: the operator refuses what an older CRD let through,
 naming the field, before any pod is made of it.
@@ -17,8 +18,9 @@ PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
            r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _FORM = re.compile(PATTERN)
 HINT = "a Kubernetes quantity such as 500m, 2 or 4Gi"
-# The CRD schema of one quantity: an int or a string of that form.
-SCHEMA: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": PATTERN}
+# The CRD schema of one quantity: an int of at least 0 (`minimum` checks numbers only) or a string
+# of that form (`pattern` checks strings only).
+SCHEMA: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": PATTERN, "minimum": 0}
 
 
 def parse(value: Union[int, str]) -> Optional[Decimal]:

@@ -103,6 +103,12 @@ CASES = [
      ["spec.aggregator.template.spec.containers[0].resources.limits.memory", "should match"]),
     ("bad-template-overhead", "spec.worker.template", {"spec": {"overhead": {"cpu": "x"}}},
      ["spec.worker.template.spec.overhead.cpu", "should match"]),
+    # an integer escapes the pattern (strings only): minimum 0 refuses it like "-1" (issue 35)
+    ("negative-integer-worker-cpu", "spec.worker.resources", {"requests": {"cpu": -1}},
+     ["spec.worker.resources.requests.cpu", "greater than or equal to 0"]),
+    # Kubernetes refuses a pod whose overhead is not its RuntimeClass's, which the CRD cannot read
+    ("template-overhead", "spec.aggregator.template", {"spec": {"overhead": {"cpu": "250m"}}},
+     ["spec.aggregator.template.spec.overhead", "RuntimeClass"]),
 ]
 
 
@@ -137,7 +143,7 @@ def test_good_template_quantities_are_accepted_and_the_podspec_kept_whole(cluste
     sidecar = {"name": "shipper", "image": "busybox", "restartPolicy": "Always", "command": ["sleep", "inf"],
                "env": [{"name": "A", "value": "b"}],
                "resources": {"requests": {"cpu": 1, "memory": "64Mi"}, "limits": {"memory": "1.5e8"}, "claims": []}}
-    template = {"spec": {"initContainers": [sidecar], "overhead": {"cpu": "250m"},
+    template = {"spec": {"initContainers": [sidecar], "resources": {"requests": {"cpu": "250m"}},
                          "containers": [{"name": "grappa", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}
     obj = _set(_job("templated"), "spec.worker.template", template)
     out = cluster.kubectl("apply", "-n", ns, "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-",

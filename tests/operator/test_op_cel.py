@@ -250,3 +250,16 @@ def test_bounds_are_shared_with_the_models():
         "edges": [f"e{i}.npy" for i in range(257)]}}})) is not None
     assert twin_error(merged({"worker": {"env": [{"name": f"V{i}", "value": ""} for i in range(257)]}})) is not None
     assert twin_error(merged({"storage": {"claimName": "c" * 254}})) is not None
+
+
+def test_a_template_overhead_is_refused_by_a_rule_and_its_twin():
+    """Kubernetes refuses a pod whose overhead differs from its RuntimeClass's, which the CRD cannot
+    read: an overhead is refused at admission, on the field, saying so (issue 35)."""
+    for role in ("aggregator", "worker"):
+        rules = node(f"{role}.template.spec.overhead")["x-kubernetes-validations"]
+        assert [r["rule"] for r in rules] == ["false"]
+        assert "RuntimeClass" in rules[0]["message"] and "cannot read" in rules[0]["message"]
+        error = twin_error(merged({role: {"template": {"spec": {"overhead": {"cpu": "250m"}}}}}))
+        assert error is not None and f"spec.{role}.template.spec: overhead: " in error, error
+        assert "RuntimeClass" in error
+        assert twin_error(merged({role: {"template": {"spec": {"runtimeClassName": "kata"}}}})) is None

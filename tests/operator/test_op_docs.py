@@ -61,3 +61,11 @@ def test_metrics_doc_names_the_dashboards_variables():
     assert "no template variables" not in METRICS
     for var in sorted(used):
         assert f"`${var}`" in METRICS, f"docs/metrics.md does not explain the dashboards' ${var}"
+
+
+def test_each_reason_has_one_row():
+    """A reason listed twice gets two different fixes (issue 35: PodDisrupted, WaitingForAdmission
+    and Preempted / Evicted were)."""
+    rows = [ln.split("|")[1].strip() for ln in reasons_table().splitlines() if ln.startswith("| `")]
+    twice = sorted({r for r in rows if rows.count(r) > 1})
+    assert not twice, f"reasons with more than one row in docs/troubleshooting.md: {twice}"

@@ -58,10 +58,11 @@ def test_the_operator_refuses_a_template_quantity_naming_the_field(role, templat
 
 
 def test_good_quantities_are_kept_as_written():
+    # (a template's pod-level resources: its overhead is refused, test_op_cel.py)
     spec = parse_spec({**BASE, "worker": {"resources": {"requests": {"cpu": 2, "memory": "1.5Gi"}},
-                                          "template": {"spec": {"overhead": {"cpu": "250m"}}}}})
+                                          "template": {"spec": {"resources": {"requests": {"cpu": "250m"}}}}}})
     assert spec.worker.resources.requests == {"cpu": 2, "memory": "1.5Gi"}
-    assert spec.worker.template.spec == {"overhead": {"cpu": "250m"}}
+    assert spec.worker.template.spec == {"resources": {"requests": {"cpu": "250m"}}}
 
 
 def _quantity_nodes(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -100,3 +101,21 @@ def test_the_template_spec_stays_free_form_without_defaults():
             return ([node["default"]] if "default" in node else []) + [d for v in node.values() for d in defaults(v)]
         return [d for v in node for d in defaults(v)] if isinstance(node, list) else []
     assert defaults(tpl) == []  # nothing added to a user's containers or PodSpec
+
+
+def _admits(node: dict[str, Any], value: Any) -> bool:
+    """What the API server's OpenAPI validation checks of one quantity node: `pattern` applies to
+    strings only, `minimum` to numbers only."""
+    if isinstance(value, str):
+        return re.search(node["pattern"], value) is not None
+    return "minimum" not in node or value >= node["minimum"]
+
+
+@pytest.mark.parametrize("value,ok", [(2, True), (0, True), (-1, False), ("-1", False), ("2", True)])
+def test_a_negative_integer_quantity_is_refused_by_the_crd_like_the_string(value, ok):
+    """`cpu: -1` written as an integer passed the CRD (the pattern sees strings only): every
+    quantity node also carries `minimum: 0`, and the operator's twin agrees (issue 35)."""
+    spec = crdgen.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    nodes = dict(_quantity_nodes(spec))
+    assert nodes and all(_admits(n, value) == ok for n in nodes.values()), value
+    assert (quantities.parse(value) is not None) == ok

@@ -101,10 +101,14 @@ def test_a_larger_init_container_sets_the_pod_request():
     assert got["workers"]["memory"] == parse_quantity("2Gi") + parse_quantity("64Mi")
 
 
-def test_pod_overhead_is_added():
-    got = _check_same_as_pods(_spec({"spec": {"overhead": {"cpu": "250m", "memory": "120Mi"}}},
-                                    resources={"requests": {"cpu": "1", "memory": "1Gi"}}))
-    assert got["workers"] == {"cpu": Decimal("1.250"), "memory": parse_quantity("1Gi") + parse_quantity("120Mi")}
+def test_the_pod_overhead_is_the_runtime_classs_which_kueue_adds():
+    """A template may not set `overhead` (Kubernetes takes it from the RuntimeClass and refuses
+    another: test_op_cel.py); the pod sets carry runtimeClassName, from which Kueue adds it."""
+    spec = _spec({"spec": {"runtimeClassName": "kata"}}, resources={"requests": {"cpu": "1", "memory": "1Gi"}})
+    got = _check_same_as_pods(spec)
+    assert got["workers"] == {"cpu": Decimal("1"), "memory": parse_quantity("1Gi")}
+    template = _pod_sets(spec)["workers"]["template"]["spec"]
+    assert template["runtimeClassName"] == "kata" and "overhead" not in template
 
 
 def test_limits_without_requests_are_the_requests():

@@ -132,3 +132,30 @@ def test_a_config_file_that_is_not_a_mapping(tmp_path, capsys):
     f.write_text("- partitions: 2\n")
     assert main(["prepare", "--config", str(f)]) == 2
     assert "expected a mapping at the top level" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("typo,meant", [("trainig.epochs=3", "did you mean training?"),
+                                        ("model.hiden=3", "did you mean model.hidden?"),
+                                        ("dataset.synthetic.num_node=9", "did you mean dataset.synthetic.numNodes?")])
+def test_a_misspelt_field_gets_a_did_you_mean(tmp_path, capsys, typo, meant):
+    assert main(["prepare", "--set", typo, "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert meant in err and "Traceback" not in err, err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("value", ["[15, 10", "[*.npy, e2.npy]", "[a.npy, !b.npy]"])
+def test_the_advice_for_a_list_in_set_is_a_set_that_works(tmp_path, capsys, value):
+    """The fix a bad list value is given, pasted back as the shell would pass it, is a list the
+    field takes (quoting the whole value, as advised before, made it a string the field refuses)."""
+    import shlex
+    field = "training.fanouts" if value[1].isdigit() else "dataset.arrays.edges"
+    assert main(["prepare", "--set", f"{field}={value}", "--run-dir", str(tmp_path / "r")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    advice = shlex.split(line.rsplit("--set ", 1)[1])[0]
+    assert advice.startswith(f"{field}=["), line
+    from grappa.app.cli import build_parser, config_from_args
+    extra = [] if field == "training.fanouts" else ["--dataset", "arrays", "--set", "dataset.path=g"]
+    cfg = config_from_args(build_parser().parse_args(["prepare", "--set", advice, "--layers", "2", *extra]))
+    got = cfg.training.fanouts if field == "training.fanouts" else cfg.dataset.arrays.edges
+    assert isinstance(got, list) and len(got) == 2, got

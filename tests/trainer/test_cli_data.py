@@ -136,3 +136,21 @@ def test_a_folder_that_cannot_be_written_is_one_line_and_exit_3(tmp_path, capsys
     assert main(argv) == 3
     line = one_error_line(capsys.readouterr().err)
     assert f"{field} {bad}: cannot write there ({blocker} is a file)" in line and flag in line
+
+
+@pytest.mark.parametrize("command", ["train", "prepare"])
+def test_refused_data_leaves_no_empty_folders(tmp_path, capsys, command):
+    """A dataset refused before anything is written leaves neither an empty store folder nor an
+    empty run directory behind (issue 35); a folder that existed before is kept."""
+    graph = tmp_path / "graph"
+    write_graph(graph)
+    (graph / "test.npy").unlink()
+    argv = [command, "--dataset", "arrays", "--set", f"dataset.path={graph}", "--partitions", "2",
+            "--run-dir", str(tmp_path / "runs" / "r")]
+    assert main(argv) == 3
+    assert "test.npy does not exist" in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "runs").exists(), sorted(p.name for p in tmp_path.rglob("*"))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert main([*argv[:-1], str(kept)]) == 3
+    assert kept.is_dir() and not list(kept.iterdir())

@@ -188,3 +188,128 @@ def test_a_finished_run_without_checkpoints_is_compared_by_its_report(tmp_path, 
     (run / "report.json").write_text(json.dumps({"config": config, "history": []}))
     assert main(["train", "--run-dir", str(run), "--arch", "sage"]) == 2
     assert 'model.arch: "gcn" in the run, "sage" now' in capsys.readouterr().err
+
+
+# -- issue 35: a finished run is known as finished; what happens before epoch 1 is said --------
+
+def test_the_launcher_says_what_runs_before_epoch_1_and_leaves_no_pids_file(first):
+    """The seconds before epoch 1 (processes loading torch, meeting, building the model and the
+    local graphs) are announced as they pass, instead of silence; pids.json lives as long as the
+    processes do."""
+    err = first["err"]
+    epoch_1 = err.index("epochs: 1/4")
+    for words in ("started the aggregator and 2 workers", "all 3 processes started and joined after",
+                  "round 0 built after"):
+        assert -1 < err.find(words) < epoch_1, err[:epoch_1]
+    assert not (first["run"] / "pids.json").exists()
+
+
+def test_ranks_do_not_import_pyg(tmp_path):
+    """PyG (and torch._dynamo with it) cost each rank seconds of the start-up; no rank needs it."""
+    import subprocess
+    import sys
+    code = ("import sys; import grappa.app.roles, grappa.runtime.aggregator, grappa.runtime.worker, "
+            "grappa.runtime.stages, grappa.strategies, grappa.runtime.exact_eval; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch_geometric'))")
+    repo = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": f"{repo / 'trainer'}:{repo / 'operator'}"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
+
+
+def test_a_rerun_of_a_finished_run_says_so_and_starts_nothing(first):
+    run, argv = copy_of(first, "again")
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    res = train(argv, run)
+    assert res["rc"] == 0, res["err"][-3000:]
+    assert f"{run} holds this run, finished (4 epochs): nothing to train" in res["err"], res["err"]
+    assert "final test accuracy" in res["out"]
+    assert "started the aggregator" not in res["err"]  # no process started
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_epochs_past_the_last_periodic_checkpoint_are_kept_and_an_extension_repeats_none(tmp_path):
+    """3 epochs with a checkpoint every 2: the last epoch is written too, so extending to 5
+    resumes after epoch 3 (it redid epoch 3 and recorded it twice before)."""
+    run = tmp_path / "run"
+    argv = ["train", "--dataset", "csbm", "--set", "dataset.synthetic.numNodes=400", "--partitions", "2",
+            "--hidden", "16", "--epochs", "3", "--checkpoint-interval", "2", "--run-dir", str(run),
+            "--store-dir", str(tmp_path / "store")]
+    assert train(argv, run)["rc"] == 0
+    assert (run / "checkpoints" / "epoch-000003.pt").is_file()
+    res = train(argv[:-6] + ["--epochs", "5"] + argv[-6:], run)
+    assert res["rc"] == 0, res["err"][-3000:]
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines if "event" not in x] == [1, 2, 3, 4, 5]
+    assert json.loads((run / "report.json").read_text())["resumed_at"] == [3]
+
+
+def test_start_over_removes_the_old_models_predictions_and_evaluation(first):
+    run, argv = copy_of(first, "predicted")
+    predict = ["--model", str(run / "model.pt"), "--partitions", "2", "--quiet"]
+    assert main(["predict", *predict]) == 0 and main(["evaluate", *predict]) == 0
+    (run / "evaluation" / "notes.txt").write_text("mine")  # a folder holding a user's file stays
+    res = train(argv + ["--arch", "sage", "--start-over"], run)
+    assert res["rc"] == 0, res["err"][-3000:]
+    assert "predictions/" in res["err"] and not (run / "predictions").exists()
+    assert (run / "evaluation" / "notes.txt").read_text() == "mine"
+    assert main(["predict", *predict]) == 0  # the new model's, not "already holds finished predictions"
+    manifest = json.loads((run / "predictions" / "manifest.json").read_text())
+    assert manifest["model"]["arch"] == "sage"
+
+
+def test_a_run_from_before_a_setting_existed_is_the_same_run(tmp_path):
+    """A rerun after an upgrade that added a config field: the run had the field's default."""
+    from grappa.app.rerun import check_rerun
+    from grappa.config import TrainConfig
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = TrainConfig(run_dir=str(run))
+    config = json.loads(cfg.model_dump_json(by_alias=True))
+    del config["training"]["evalFraction"], config["grappa"]["rounds"]["pairing"]  # not there yet
+    (run / "report.json").write_text(json.dumps({"config": config, "history": [], "epochs": 100,
+                                                 "result": {}}))
+    assert check_rerun(cfg) is not None  # finished, not "null in the run"
+    changed = cfg.model_copy(update={"training": cfg.training.model_copy(update={"eval_fraction": 0.5})})
+    with pytest.raises(Exception, match=r"training.evalFraction: 1.0 in the run, 0.5 now"):
+        check_rerun(changed)
+
+
+def single(run: Path, *extra: str) -> list[str]:
+    return ["single", "--dataset", "csbm", "--set", "dataset.synthetic.numNodes=300", "--epochs", "2",
+            "--hidden", "8", "--run-dir", str(run), *extra]
+
+
+def test_grappa_single_reruns_like_train(tmp_path, capsys):
+    """`grappa single` had no rerun check: a SAGE run replaced a GCN model and appended to its
+    metrics. Now the same run finished is said, another refused (or --start-over), and a
+    single run and a train run never share a run directory."""
+    run = tmp_path / "run"
+    assert main(single(run)) == 0
+    metrics, model = (run / "metrics.jsonl").read_bytes(), (run / "model.pt").read_bytes()
+    capsys.readouterr()
+    assert main(single(run)) == 0
+    assert "holds this run, finished (2 epochs)" in capsys.readouterr().err
+    assert main(single(run, "--arch", "sage")) == 2
+    assert 'model.arch: "gcn" in the run, "sage" now' in capsys.readouterr().err
+    assert main(single(run, "--epochs", "3")) == 2  # nothing to extend: no checkpoint
+    assert "training.epochs: 2 in the run, 3 now" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_bytes() == metrics and (run / "model.pt").read_bytes() == model
+    assert main(["train", *single(run)[1:]]) == 2
+    assert "holds a `grappa single` run" in capsys.readouterr().err
+    assert main(single(run, "--arch", "sage", "--start-over")) == 0
+    assert json.loads((run / "report.json").read_text())["config"]["model"]["arch"] == "sage"
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("command", ["train", "single"])
+def test_a_run_directory_holding_other_files_is_refused_before_anything_is_written(tmp_path, capsys, command):
+    run = tmp_path / "project"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    (run / "data.csv").write_text("1,2")
+    assert main([command, "--run-dir", str(run), "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds files that are not a run's (data.csv, notes.txt)" in err and "--run-dir" in err, err
+    assert sorted(p.name for p in run.iterdir()) == ["data.csv", "notes.txt"]

@@ -101,3 +101,25 @@ def test_job_status_reports_progress_and_applies_operator_rounds_at_boundaries()
     js.report(Progress(epoch=12, test_acc=0.81, best_val=0.8, best_epoch=10), final=True)
     final = api.patches[-1][2]["status"]
     assert final["progress"]["finished"] is True and final["result"]["testAcc"] == 0.81
+
+
+def test_accuracy_gauges_say_how_they_were_measured_as_the_docs_do():
+    """Mini-batch runs evaluate on samples by default: the gauges' help may not promise "exact
+    evaluation" (issue 35), and docs/metrics.md says what the help says."""
+    from pathlib import Path
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    m = TrainerMetrics(rank=0, job="demo")
+    helps = {metric.name: metric.documentation for metric in m.registry.collect()}
+    for split in ("train", "val", "test"):
+        name = f"grappa_trainer_{split}_accuracy"
+        assert "sampled" in helps[name] and "exact" in helps[name], helps[name]
+        assert f"| `{name}` | gauge | | {helps[name]} |" in docs, name
+
+
+def test_the_plot_title_names_the_users_graph_not_its_format(tmp_path):
+    from grappa.app.report import describe_run
+    from grappa.config import TrainConfig
+    cfg = TrainConfig.model_validate({"dataset": {"name": "arrays", "path": "/data/graphs/mygraph/"}})
+    title = describe_run(json.loads(cfg.model_dump_json(by_alias=True)))
+    assert title.startswith("mygraph (arrays) - GCN x2"), title
+    assert describe_run(json.loads(TrainConfig().model_dump_json(by_alias=True))).startswith("csbm - ")

@@ -193,3 +193,13 @@ def test_ogb_split_dict_pt_is_read_when_the_csv_split_is_absent(tmp_path):
     codes = np.concatenate([b.split for b in source.node_blocks(1 << 10)])
     assert np.array_equal(np.flatnonzero(codes == 1), arrays["train"])
     assert np.array_equal(np.flatnonzero(codes == 3), arrays["test"])
+
+
+def test_a_mask_of_the_wrong_length_names_the_fix(tmp_path):
+    good(tmp_path / "graph")
+    np.save(tmp_path / "graph" / "train.npy", np.zeros(N - 3, bool))
+    with pytest.raises(DatasetError) as info:
+        open_source(DatasetConfig.model_validate({"name": "arrays", "path": str(tmp_path / "graph")}))
+    message = str(info.value)
+    assert "train.npy: mask has shape (47,); expected [50]" in message
+    assert f"numpy.zeros({N}, bool)" in message and "features.npy" in message and "node ids" in message

@@ -54,3 +54,21 @@ def test_outside_a_pod_nothing_is_written(tmp_path):
     out = _prepare(tmp_path, log, "--layers", "3", "--fanouts", "10,5")
     assert out.returncode == 2 and "grappa: error:" in out.stderr
     assert not log.exists() and not log.parent.exists()
+
+
+def test_a_predict_pod_writes_its_error_as_the_termination_message(tmp_path):
+    """The predict pods end through the CLI's own error path: the same one line on stderr and in
+    the termination message, and the configuration exit code (issue 35)."""
+    import json
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}/trainer", "GRAPPA_TERMINATION_LOG": str(log), "RANK": "0",
+           "GRAPPA_CONFIG": json.dumps({"runDir": str(tmp_path / "run"), "partitions": 2}),
+           "GRAPPA_PREDICT": json.dumps({"model": str(tmp_path / "missing.pt"), "out": "predictions"})}
+    env.pop("GRAPPA_JOB_NAME", None)
+    out = subprocess.run([sys.executable, "-m", "grappa.inference.pod", "aggregator"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 2, out.stderr
+    written = log.read_text()
+    assert written == _error_text(out.stderr), (written, out.stderr)
+    assert written.startswith("grappa: error: model file ") and "missing.pt does not exist" in written

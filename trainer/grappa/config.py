@@ -312,12 +312,45 @@ class ConfigError(ValueError):
     """A configuration a user wrote is invalid; the message names the field and the fix."""
 
 
+def _section_at(loc: tuple) -> Optional[type[BaseModel]]:
+    """The Section class holding the field at `loc` (wire names), or None past a non-section."""
+    model: Optional[type[BaseModel]] = TrainConfig
+    for part in loc[:-1]:
+        if model is None or not isinstance(part, str):
+            return None
+        _, model = _field(model, part)
+    return model
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """' (did you mean training?)' for a misspelt field, from the fields of its section."""
+    import difflib
+    model = _section_at(loc)
+    if model is None or not loc or not isinstance(loc[-1], str):
+        return ""
+    names = {f.alias or n: f.alias or n for n, f in model.model_fields.items()}
+    names.update({n: f.alias or n for n, f in model.model_fields.items()})  # snake_case too
+    close = difflib.get_close_matches(loc[-1], list(names), n=1, cutoff=0.6)
+    if not close:
+        return f" (the fields here: {', '.join(sorted(set(names.values())))})"
+    where = ".".join(str(p) for p in loc[:-1])
+    return f" (did you mean {where + '.' if where else ''}{names[close[0]]}?)"
+
+
+def _message(e: dict, field: str) -> str:
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        return "not a setting" + _did_you_mean(tuple(e["loc"]))
+    if e["type"] == "list_type":
+        return f"{msg}: write a list in brackets, e.g. [a, b] (on the command line: --set '{field}=[a, b]')"
+    return msg
+
+
 def format_validation_error(err: ValidationError, source: str = "config") -> str:
     lines = [f"invalid {source}:"]
     for e in err.errors():
         field = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"  {field}: {msg}")
+        lines.append(f"  {field}: {_message(e, field)}")
     return "\n".join(lines)
 
 

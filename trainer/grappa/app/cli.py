@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -18,10 +19,10 @@ from typing import Optional
 import yaml
 
 from grappa.config import ConfigError, TrainConfig, load_config
-from grappa.inference.commands import INFERENCE_COMMANDS, run_inference
-from grappa.runtime.exit_codes import EXIT_CANNOT_RUN, EXIT_CONFIG, EXIT_CRASH, cannot_run, group_failed
+from grappa.inference.commands import FLAG_HELP, GRAPH_FLAGS, INFERENCE_COMMANDS, run_inference
+from grappa.runtime.exit_codes import report_error, run_reporting
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
-from grappa.util.files import ensure_writable
+from grappa.util.files import ensure_writable, removed_if_left_empty
 
 # flag -> dotted config field
 FLAGS = {
@@ -41,15 +42,22 @@ FLAGS = {
 }
 
 
-def add_config_flags(p: argparse.ArgumentParser) -> None:
+def add_config_flags(p: argparse.ArgumentParser, only: Optional[tuple[str, ...]] = None,
+                     helps: Optional[dict[str, str]] = None) -> None:
+    """The config's flags (`only` these, e.g. an inference command's graph flags), `--config`
+    and `--set`."""
     p.add_argument("--config", help="YAML or JSON file with a TrainConfig (fields: trainer/grappa/config.py)")
     for name, (field, typ) in FLAGS.items():
+        if only is not None and name not in only:
+            continue
         flag = "--" + name.replace("_", "-")
+        text = (helps or {}).get(name, f"sets {field}")
         if typ is None:
-            p.add_argument(flag, action="store_true", default=None, help=f"sets {field}")
+            p.add_argument(flag, action="store_true", default=None, help=text)
         else:
-            p.add_argument(flag, type=typ, help=f"sets {field}")
-    p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
+            p.add_argument(flag, type=typ, help=text)
+    if only is None:
+        p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any config field, dotted (e.g. --set dataset.synthetic.num_nodes=20000)")
 
@@ -73,9 +81,30 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             overrides[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); quote it "
-                              f"(--set '{key.strip()}=\"...\"') or fix the brackets") from None
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); "
+                              f"{yaml_fix(key.strip(), value)}") from None
     return load_config(getattr(args, "config", None), overrides)
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_.+-]*$")  # YAML reads these unquoted as themselves
+
+
+def _quoted(item: str) -> str:
+    item = item.strip().strip("'\"")
+    return item if _PLAIN.match(item) else json.dumps(item)
+
+
+def yaml_fix(key: str, value: str) -> str:
+    """A --set the user can paste: a list stays a list (quoting the whole value would make it a
+    string, which the field then refuses), its items quoted where YAML reads them otherwise."""
+    v = value.strip()
+    if v.startswith("["):
+        items = ", ".join(_quoted(i) for i in v.strip("[]").split(",") if i.strip())
+        return (f"write the list in brackets and quote it whole for the shell, each item holding "
+                f"YAML's special characters (* & ! : # ...) in double quotes: --set '{key}=[{items}]'")
+    if v.startswith("{"):
+        return "write a mapping as {field: value}, values holding YAML's special characters in double quotes"
+    return f"quote it: --set '{key}={json.dumps(v)}'"
 
 
 def setup_logging() -> None:
@@ -87,21 +116,13 @@ def setup_logging() -> None:
         torch.set_num_threads(int(threads))
 
 
-def report_error(err: Exception) -> None:
-    """The one `grappa: error:` line on stderr and, in a pod, as the container's termination
-    message, which the operator makes the job's status message (no log tail, no progress bars).
-    The kubelet creates the file in every container; it is absent outside a pod."""
-    text = f"grappa: error: {err}"
-    print(text, file=sys.stderr)
-    path = os.environ.get("GRAPPA_TERMINATION_LOG", "/dev/termination-log")
-    if os.path.isfile(path) and os.access(path, os.W_OK):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text.encode()[:4096].decode(errors="ignore"))  # the kubelet keeps 4096 bytes
-
-
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
-    from grappa.data.store.preparation import prepare_store
-    manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
+    from grappa.data.store.preparation import TRAINING, prepare_store
+    purpose = TRAINING
+    if os.environ.get("GRAPPA_PREDICT"):  # a predict job's prepare pod: a graph for inference
+        from grappa.inference.pod import prepare_purpose
+        purpose = prepare_purpose()
+    manifest = prepare_store(cfg, progress=True, reprepare=reprepare, purpose=purpose)
     print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
           f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
     run = manifest.get("prepare")
@@ -112,16 +133,34 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     return 0
 
 
-def claim_run_dir(cfg: TrainConfig, fresh: bool = False) -> None:
-    """The run directory is writable, and holds no other run (or, with --start-over, no run)."""
-    from grappa.app.rerun import check_rerun, start_over
+def claim_run_dir(cfg: TrainConfig, fresh: bool = False, command: str = "train") -> Optional[dict]:
+    """The run directory is writable, and holds no other run (or, with --start-over, no run).
+    Returns the report of this very run when the directory holds it finished."""
+    from grappa.app.rerun import check_contents, check_rerun, start_over
+    check_contents(Path(cfg.run_dir))  # before anything is written there
     ensure_writable(cfg.run_dir, "runDir", "--run-dir")
     if fresh:
         removed = start_over(Path(cfg.run_dir))
         if removed:
             print(f"grappa: --start-over: removed {', '.join(removed)} from {cfg.run_dir}", file=sys.stderr)
-    else:
-        check_rerun(cfg)
+        return None
+    return check_rerun(cfg, command)
+
+
+def print_finished(report: dict, cfg: TrainConfig, command: str) -> None:
+    """A rerun of a finished run: said, with its result, and nothing started; and when the
+    dataset's files changed since its store was prepared, that too (the run stays as it was)."""
+    from grappa.data.store.fingerprint import changed_since_prepared
+    from grappa.data.store.manifest import MANIFEST
+    extend = "add --epochs N to extend it, " if command == "train" else ""
+    print(f"grappa: {cfg.run_dir} holds this run, finished ({report['epochs']} epochs): nothing to "
+          f"train; {extend}or --start-over to train it again", file=sys.stderr)
+    if command == "train" and (cfg.store_path / MANIFEST).is_file():
+        _, changed = changed_since_prepared(json.loads((cfg.store_path / MANIFEST).read_text()))
+        if changed:
+            print(f"grappa: note: the dataset's files changed since the run's store was prepared "
+                  f"({'; '.join(changed)}); to train on them: --start-over --reprepare", file=sys.stderr)
+    print_result(report["result"], report, cfg.run_dir)
 
 
 def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
@@ -164,7 +203,7 @@ def cmd_single(cfg: TrainConfig) -> int:
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", val=f"{rec['val_acc']:.3f}")
         result, history = train_single(cfg, data, on_epoch=tick)
     report_path = write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), history, result,
-                               extra={"evaluation": "exact evaluation, full graph"})
+                               extra={"evaluation": "exact evaluation, full graph", "command": "single"})
     print_result(result, json.loads(report_path.read_text()), cfg.run_dir)
     return 0
 
@@ -195,16 +234,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, _) in COMMANDS.items():
         add_config_flags(sub.add_parser(name, help=help_text, description=help_text))
-    sub.choices["train"].add_argument(
-        "--start-over", action="store_true",
-        help="delete the run directory's results (not its chunk store) and train from scratch")
+    for name in ("train", "single"):
+        sub.choices[name].add_argument(
+            "--start-over", action="store_true",
+            help="delete the run directory's results (not its chunk store) and train from scratch")
     for name in ("prepare", "train"):
         sub.choices[name].add_argument(
             "--reprepare", action="store_true",
             help="prepare the chunk store again when the dataset's files changed since it was made")
     for name, (help_text, add_arguments) in INFERENCE_COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        add_config_flags(p)  # the graph to run on: --dataset, --config, --set dataset.*
+        add_config_flags(p, only=GRAPH_FLAGS, helps=FLAG_HELP)  # the graph: --dataset, --config, --set dataset.*
         add_arguments(p)
     return parser
 
@@ -221,37 +261,34 @@ def end_process(code: int) -> None:
     os._exit(code)
 
 
+def run_command(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.command not in ("aggregator", "worker"):
+        setup_logging()
+    if args.command in INFERENCE_COMMANDS:
+        return run_inference(args.command, cfg, args)
+    extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
+    if args.command == "aggregator":
+        ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+    if args.command in ("aggregator", "worker"):
+        end_process(COMMANDS[args.command][1](cfg, **extra))  # its group closed, files written
+    if args.command not in ("train", "single"):
+        return COMMANDS[args.command][1](cfg, **extra)
+    with removed_if_left_empty(cfg.run_dir):  # refused data leaves no empty run directory
+        finished = claim_run_dir(cfg, fresh=args.start_over, command=args.command)
+        if finished is not None:
+            print_finished(finished, cfg, args.command)
+            return 0
+        return COMMANDS[args.command][1](cfg, **extra)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = config_from_args(args)
-        if args.command not in ("aggregator", "worker"):
-            setup_logging()
-        if args.command in INFERENCE_COMMANDS:
-            return run_inference(args.command, cfg, args)
-        if args.command == "train":
-            claim_run_dir(cfg, fresh=args.start_over)
-        elif args.command in ("single", "aggregator"):
-            ensure_writable(cfg.run_dir, "runDir", "--run-dir")
-        extra = {"reprepare": args.reprepare} if args.command in ("prepare", "train") else {}
-        code = COMMANDS[args.command][1](cfg, **extra)
-        if args.command in ("aggregator", "worker"):
-            end_process(code)  # its group is closed, its files written: nothing left to tear down
-        return code
-    except ConfigError as err:
-        report_error(err)
-        return EXIT_CONFIG
+        return run_reporting(lambda: run_command(args))
     except Stopped as err:  # SIGTERM, the last completed epoch saved (logged where it happened)
         if str(err):
             print(f"grappa: {err}", file=sys.stderr)
         # No interpreter teardown: destroying a gloo group whose peers are gone holds the GIL
         # for seconds (measured ~4 s), time the grace period should not pay for.
         end_process(EXIT_STOPPED)
-    except Exception as err:
-        if isinstance(err, group_failed()):  # another rank died, froze or diverged: retryable
-            report_error(err)
-            return EXIT_CRASH
-        if not isinstance(err, cannot_run()):
-            raise
-        report_error(err)
-        return EXIT_CANNOT_RUN

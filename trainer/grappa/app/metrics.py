@@ -10,6 +10,9 @@ from typing import Optional
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# How the accuracy gauges were measured: either way, as training.evalMode decides (report.json's
+# `evaluation` says which a run used).
+MEASURED = "exact (every neighbour) or sampled (a share of nodes, sampled neighbourhoods): training.evalMode."
 
 
 class TrainerMetrics:
@@ -21,9 +24,9 @@ class TrainerMetrics:
             return Gauge(f"grappa_trainer_{name}", doc, list(labels), registry=self.registry).labels(**labels)
 
         self.loss = gauge("loss", "Mean training loss over the last epoch's seeds.")
-        self.train_acc = gauge("train_accuracy", "Training accuracy at the last exact evaluation.")
-        self.val_acc = gauge("val_accuracy", "Validation accuracy at the last exact evaluation.")
-        self.test_acc = gauge("test_accuracy", "Test accuracy at the last exact evaluation.")
+        self.train_acc = gauge("train_accuracy", f"Training accuracy at the last evaluation, {MEASURED}")
+        self.val_acc = gauge("val_accuracy", f"Validation accuracy at the last evaluation, {MEASURED}")
+        self.test_acc = gauge("test_accuracy", f"Test accuracy at the last evaluation, {MEASURED}")
         self.best_val = gauge("best_val_accuracy", "Best validation accuracy so far.")
         self.epoch = gauge("epoch", "Epochs completed.")
         self.epochs_total = gauge("epochs_total", "Epochs the job will run.")

@@ -88,10 +88,19 @@ def memory_summary(history: list[dict]) -> Optional[dict]:
     }
 
 
+def dataset_label(dataset: dict) -> str:
+    """The graph as its user knows it: a built-in's name, or for a user's own files (arrays, file)
+    the folder or file they named, not the format."""
+    name, path = dataset["name"], dataset.get("path")
+    if name in ("arrays", "file") and path:
+        return f"{Path(path.rstrip('/')).name} ({name})"
+    return name
+
+
 def describe_run(config: dict) -> str:
     try:
         m = config["model"]
-        return (f"{config['dataset']['name']} - {m['arch'].upper()} x{m['layers']} - "
+        return (f"{dataset_label(config['dataset'])} - {m['arch'].upper()} x{m['layers']} - "
                 f"P={config['partitions']} - " + (f"correction={config['grappa']['correction']}"
                 if config.get("strategy", "grappa") == "grappa" else f"strategy {config['strategy']}"))
     except (KeyError, TypeError):

@@ -13,6 +13,7 @@ import sys
 
 from grappa.app.metrics import TrainerMetrics, metrics_port_for
 from grappa.config import RoundsConfig, TrainConfig
+from grappa.runtime import startup
 from grappa.runtime.stop import EXIT_STOPPED, SigtermWatch, Stopped
 
 log = logging.getLogger("grappa.entry")
@@ -57,6 +58,7 @@ def run_aggregator(cfg: TrainConfig) -> dict:
     # Installed before the rendezvous, which can itself wait long: a stop then has nothing to save.
     watch = SigtermWatch(lambda: agg is not None and agg.save_last_epoch("SIGTERM")).install()
     link = Link.from_env()
+    startup.say(startup.JOINED, ranks=link.world_size)
     try:
         from grappa.runtime.stages import StagedAggregator
         cls = StagedAggregator if strategy_class(cfg.strategy).trains_in_stages else Aggregator
@@ -64,7 +66,7 @@ def run_aggregator(cfg: TrainConfig) -> dict:
         agg.stop = watch
         result = train_or_save(agg, watch)
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
-                     extra={"parameters": agg.n_params, "workers": cfg.partitions})
+                     extra={"parameters": agg.n_params, "workers": cfg.partitions, "command": "train"})
         return result
     finally:
         if not watch.requested.is_set():  # a gloo teardown with dying peers takes seconds: skip it

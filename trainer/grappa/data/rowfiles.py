@@ -14,9 +14,12 @@ from pathlib import Path
 import numpy as np
 
 
+LAYER_PREFIX = "layer-"
+
+
 def layer_dir(scratch: Path, layer: int) -> Path:
     """Rows after `layer` layers (1 = the first layer's output)."""
-    return scratch / f"layer-{layer}"
+    return scratch / f"{LAYER_PREFIX}{layer}"
 
 
 def layer_file(scratch: Path, layer: int, k: int) -> Path:

@@ -1,9 +1,12 @@
 """`grappa predict` and `grappa evaluate`: arguments, the checks before anything runs, the summary.
 
-Which graph: `--store DIR` (a prepared chunk store), or a dataset given the usual way
+Which graph (graph.py): `--store DIR` (a prepared chunk store), or a dataset given the usual way
 (`--dataset`, `--config`, `--set dataset.*`; prepared into `--store-dir`, default OUT-store beside
-the output folder), or
-by default the store the model was trained on. Torch is imported only once a command runs.
+the output folder, needing edges and features only unless the command scores), or by default the
+store the model was trained on, checked by its fingerprint. Where the outputs go (out_folder.py):
+a new or empty folder, or one holding this command's own outputs, checked for writing before
+anything runs; a rerun resumes, or says the job is finished. Torch is imported only once a
+command runs.
 """
 from __future__ import annotations
 
@@ -15,6 +18,16 @@ from pathlib import Path
 from typing import Optional
 
 EMBED_DTYPES = ("float16", "float32")
+# The configuration flags an inference command takes: the graph to run on and its store, and
+# the worker count; training's flags (model, optimizer, epochs, ...) mean nothing here.
+GRAPH_FLAGS = ("dataset", "data_root", "download", "partitions", "chunks", "partition_seed", "store_dir",
+               "feature_dtype", "block_edges", "prepare_workers")
+FLAG_HELP = {"partitions": "worker processes P (default: the store's chunks, at most 4); a dataset "
+                           "prepared here gets P chunks unless --chunks",
+             "store_dir": "where a dataset given here is prepared (default: OUT-store beside the outputs)"}
+# Settings that say where a dataset is or how to store it, not which graph it is.
+WHERE_ONLY = {"data_root": "--data-root", "download": "--download", "store_dir": "--store-dir",
+              "chunks": "--chunks", "partition_seed": "--partition-seed", "feature_dtype": "--feature-dtype"}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -24,6 +37,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output folder (default: next to the model, predictions/ or evaluation/)")
     p.add_argument("--edges-per-block", type=int, help="in-edges per block of rows: bounds each worker's memory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--start-over", action="store_true",
+                   help="replace the outputs of another job of this command in --out (never other files)")
+    p.add_argument("--reprepare", action="store_true",
+                   help="prepare the dataset given here again when its files changed since its store was made")
 
 
 def add_predict_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,40 +60,54 @@ INFERENCE_COMMANDS = {
 }
 
 
-def _dataset_given(args: argparse.Namespace) -> bool:
-    return bool(args.config or args.dataset or args.data_root or
-                any(s.split("=", 1)[0].strip().startswith("dataset.") for s in args.set))
+def _set_keys(args: argparse.Namespace) -> list[str]:
+    return [s.split("=", 1)[0].strip() for s in args.set]
 
 
-def resolve_store(args: argparse.Namespace, cfg, meta: dict, out: Path):
-    """The chunk store to run on, prepared if a dataset was given."""
-    from grappa.config import ConfigError
-    from grappa.data.store.chunk_store import ChunkStore
-    if args.store:
-        return ChunkStore(args.store)
-    if _dataset_given(args):
-        from grappa.data.store.preparation import prepare_store
-        if not cfg.store_dir:
-            cfg = cfg.model_copy(update={"store_dir": str(out.parent / f"{out.name}-store")})
-        prepare_store(cfg, progress=not args.quiet)
-        return ChunkStore(cfg.store_path)
-    store = meta.get("store") or {}
-    if not store.get("path") or not (Path(store["path"]) / "manifest.json").is_file():
-        where = f" ({store['path']} is gone)" if store.get("path") else ""
-        raise ConfigError(f"model {args.model} does not name a chunk store that exists{where}: give the "
-                          "graph with --store DIR or --dataset/--config (e.g. the training run's config)")
-    return ChunkStore(store["path"])
+def _dataset_named(args: argparse.Namespace) -> bool:
+    where = {"dataset.root", "dataset.download"}
+    return bool(args.config or args.dataset or
+                any(k.startswith("dataset.") and k not in where for k in _set_keys(args)))
+
+
+def _check_graph_flags(args: argparse.Namespace) -> None:
+    """Settings of a dataset to prepare, with no dataset named, would prepare the default one
+    (synthetic csbm) behind the user's back: refused, saying what names a graph."""
+    if args.store or _dataset_named(args):
+        return
+    given = [flag for name, flag in WHERE_ONLY.items() if getattr(args, name, None) is not None]
+    given += [f"--set {k}" for k in _set_keys(args) if k in ("dataset.root", "dataset.download")]
+    if given:
+        from grappa.config import ConfigError
+        raise ConfigError(
+            f"{', '.join(given)} {'says' if len(given) == 1 else 'say'} where a dataset is or how to prepare "
+            "it, not which graph to run on: "
+            "add --dataset NAME (for your own files also --set dataset.path=FOLDER) or --config FILE, or "
+            "leave them out to run on the model's training graph")
+
+
+def check_width(model_path: str, meta: dict, have: int, where) -> None:
+    from grappa.models.model_file import ModelFileError
+    want = int(meta["num_features"])
+    if want != int(have):
+        raise ModelFileError(
+            f"model {model_path} takes {want} input features per node but the graph in {where} "
+            f"has {have}: predict on a graph with {want}-wide features (the model's dataset: "
+            f"{meta['dataset'].get('name')})")
 
 
 def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate: bool) -> None:
+    from grappa.data.errors import DatasetError
     from grappa.models.model_file import ModelFileError
-    want, have = int(meta["num_features"]), int(manifest["num_features"])
-    if want != have:
-        raise ModelFileError(
-            f"model {model_path} takes {want} input features per node but the graph in {store_path} "
-            f"has {have}: predict on a graph with {want}-wide features (the model's dataset: "
-            f"{meta['dataset'].get('name')})")
-    if evaluate and int(manifest["num_classes"]) > int(meta["num_classes"]):
+    check_width(model_path, meta, manifest["num_features"], store_path)
+    if not evaluate:
+        return
+    if not any(c.get(s) for c in manifest["chunks"] for s in ("train", "val", "test")):
+        raise DatasetError(
+            f"the graph in {store_path} has no labelled node in a train, val or test split, so there is "
+            "nothing to score: evaluating needs labels.npy and the split files; `grappa predict` "
+            "(without --evaluate) needs neither")
+    if int(manifest["num_classes"]) > int(meta["num_classes"]):
         raise ModelFileError(
             f"model {model_path} predicts {meta['num_classes']} classes but the labels in {store_path} "
             f"go up to {int(manifest['num_classes']) - 1}: evaluate on a dataset with the model's classes")
@@ -110,35 +141,61 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
                       evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES)
 
 
-def build_job(command: str, args: argparse.Namespace, cfg):
-    from grappa.config import ConfigError
+def resolve_graph(args: argparse.Namespace, cfg, meta: dict, out: Path, scores_splits: bool):
+    """The graph to run on (graph.py): named by --store or a dataset, else the model's own."""
+    from grappa.data.store.chunk_store import ChunkStore
+    from grappa.inference.graph import named_graph, training_graph
+    if args.store:
+        return named_graph(ChunkStore(args.store), meta, f"--store {args.store}")
+    if not _dataset_named(args):
+        return training_graph(args.model, meta)
+    from grappa.data.store.preparation import Purpose, prepare_store
+    if not cfg.store_dir:
+        cfg = cfg.model_copy(update={"store_dir": str(out.parent / f"{out.name}-store")})
+    # inference needs edges and features; labels and splits only to score. The feature width is
+    # checked on the source's headers, before a byte of the store is written.
+    purpose = Purpose(need_labels=scores_splits,
+                      check_source=lambda src: check_width(args.model, meta, src.num_features, src.feature_origin))
+    prepare_store(cfg, progress=not args.quiet, reprepare=args.reprepare, purpose=purpose)
+    where = f" at {cfg.dataset.path}" if cfg.dataset.path else ""
+    return named_graph(ChunkStore(cfg.store_path), meta, f"the dataset given ({cfg.dataset.name}{where})")
+
+
+def output_folder(command: str, args: argparse.Namespace) -> Path:
+    default = Path(args.model).resolve().parent / ("predictions" if command == "predict" else "evaluation")
+    return Path(args.out) if args.out else default
+
+
+def build_job(command: str, args: argparse.Namespace, cfg, out: Path):
     from grappa.models.model_file import read_meta
     meta, _ = read_meta(args.model)
-    model_dir = Path(args.model).resolve().parent
-    out = Path(args.out or model_dir / ("predictions" if command == "predict" else "evaluation"))
-    store = resolve_store(args, cfg, meta, out)
     predict = command == "predict"
-    if predict and (out / "manifest.json").exists():
-        raise ConfigError(f"{out} already holds finished predictions ({out / 'manifest.json'}): "
-                          "choose another --out or delete it")
-    job = new_job(args.model, meta, store, out, args.partitions, predict=predict,
-                  evaluate=not predict or bool(args.evaluate), scores=bool(getattr(args, "scores", False)),
-                  embed=getattr(args, "embeddings", None), embed_dtype=getattr(args, "embedding_dtype", "float16"),
-                  block_edges=args.edges_per_block)
-    return job, int(store.manifest["num_nodes"]), int(meta["model"]["layers"])
+    evaluate = not predict or bool(args.evaluate)
+    graph = resolve_graph(args, cfg, meta, out, scores_splits=evaluate)
+    job = new_job(args.model, meta, graph.store, out, args.partitions, predict=predict, evaluate=evaluate,
+                  scores=bool(getattr(args, "scores", False)), embed=getattr(args, "embeddings", None),
+                  embed_dtype=getattr(args, "embedding_dtype", "float16"), block_edges=args.edges_per_block)
+    return job, int(graph.store.manifest["num_nodes"]), int(meta["model"]["layers"])
 
 
 def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
-    from grappa.inference.local_predict import run_local
-    from grappa.runtime.local_job import LaunchError
-    job, num_nodes, layers = build_job(command, args, cfg)
-    Path(job.out).mkdir(parents=True, exist_ok=True)
-    try:
+    from grappa.inference.out_folder import claim, previous
+    from grappa.util.files import ensure_writable, removed_if_left_empty
+    _check_graph_flags(args)
+    out = output_folder(command, args)
+    previous(out)  # a folder holding anything but this command's outputs: refused before any work
+    with removed_if_left_empty(out):  # a job refused below leaves no empty output folder
+        ensure_writable(out, "--out", "--out")
+        job, num_nodes, layers = build_job(command, args, cfg, out)
+        done = claim(out, command, job, start_over=args.start_over)
+        if done is not None:
+            print(f"grappa: {out} holds this {command}'s finished outputs (the same model, graph and "
+                  "outputs asked for): nothing to do; add --start-over to compute them again", file=sys.stderr)
+            print_summary(done, out)
+            return 0
+        from grappa.inference.local_predict import run_local
         path = run_local(job, num_nodes, layers, progress=not args.quiet)
-    except LaunchError as err:
-        print(f"grappa: error: {err}", file=sys.stderr)
-        return 1
-    print_summary(json.loads(path.read_text()), Path(job.out))
+    print_summary(json.loads(path.read_text()), out)
     return 0
 
 

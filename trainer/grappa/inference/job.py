@@ -1,8 +1,9 @@
 """What a predict/evaluate run is asked to do, as the JSON every worker process reads.
 
 The job file lives in the run's scratch folder (`<out>/.grappa-work/job.json`); a rerun of the
-same job finds it and resumes, a different job (another model, store or output choice) starts
-over (launcher.py).
+same job finds it and resumes. What makes two jobs the same is `identity`: the model and graph by
+content, and the outputs asked for; where files are, the worker count and the block sizes only
+change how the work is done (out_folder.py compares them, local_predict.py reuses the work).
 """
 from __future__ import annotations
 
@@ -47,3 +48,12 @@ class PredictJob:
     @staticmethod
     def load(path: str | Path) -> "PredictJob":
         return PredictJob(**json.loads(Path(path).read_text()))
+
+    @property
+    def identity(self) -> dict:
+        """What the outputs are a function of (nothing of where or how they are computed)."""
+        return {k: getattr(self, k) for k in IDENTITY}
+
+
+# The fields that decide the outputs; the layers' row files depend on the first two alone.
+IDENTITY = ("model_sha256", "store_fingerprint", "predict", "scores", "embed_layer", "embed_dtype", "evaluate")

@@ -14,27 +14,43 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from grappa.data.rowfiles import LAYER_PREFIX
+from grappa.data.store.manifest import read_manifest
 from grappa.inference.job import PredictJob
 from grappa.inference.predict_worker import LAUNCHED, MANIFEST
 from grappa.inference.status import read_status, status_file
 from grappa.runtime.local_job import LaunchError, die_with, tail
 
 
+def _earlier(job: PredictJob) -> Optional[PredictJob]:
+    try:
+        return PredictJob.load(job.path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def prepare_scratch(job: PredictJob, clear_status: bool = True) -> bool:
     """Create or reuse the scratch folder; True when resuming the same job. A status left by an
-    earlier attempt is dropped unless the workers may be running already (pods)."""
+    earlier attempt is dropped unless the workers may be running already (pods). The same job
+    asked another way (workers, block sizes, where the files are) keeps the layers' row files,
+    which depend on the model and the graph alone."""
     scratch = job.scratch
-    if job.path.exists():
-        if job.path.read_text() == job.to_json():
-            for r in range(job.workers if clear_status else 0):
-                status_file(scratch, r).unlink(missing_ok=True)
-            return True
+    earlier = _earlier(job) if job.path.exists() else None
+    if earlier == job:
+        for r in range(job.workers if clear_status else 0):
+            status_file(scratch, r).unlink(missing_ok=True)
+        return True
+    if earlier is not None and earlier.identity == job.identity:
+        for p in scratch.iterdir():  # the outputs' ranges and markers follow the worker count
+            if not p.name.startswith(LAYER_PREFIX):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+    elif scratch.exists():
         shutil.rmtree(scratch)  # another job's partial work: nothing of it is reusable
     scratch.mkdir(parents=True, exist_ok=True)
     tmp = job.path.with_suffix(".tmp")
     tmp.write_text(job.to_json())
     os.replace(tmp, job.path)
-    return False
+    return earlier is not None and earlier.identity == job.identity
 
 
 def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = True,
@@ -42,8 +58,10 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
     """Run the job to completion; returns the published manifest's path."""
     resumed = prepare_scratch(job)
     (job.scratch / LAUNCHED).write_text(repr(time.time()))  # this attempt's start, for the wall time
+    done = rows_on_disk(job) if resumed else 0
     if resumed and progress:
-        print(f"grappa: resuming the unfinished run in {job.scratch}", file=sys.stderr)
+        print(f"grappa: resuming the unfinished run in {job.scratch}: {done / max(1, num_nodes * layers):.0%} "
+              "of the rows are computed already", file=sys.stderr)
     logs = job.scratch / "logs"
     logs.mkdir(exist_ok=True)
     threads = threads or max(1, (os.cpu_count() or 1) // job.workers)
@@ -56,7 +74,7 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=die_with(os.getpid())))
     try:
-        _watch(job, procs, logs, num_nodes, layers, progress)
+        _watch(job, procs, logs, num_nodes, layers, progress, done)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -68,12 +86,23 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
     return manifest
 
 
-def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, progress: bool) -> None:
+def rows_on_disk(job: PredictJob) -> int:
+    """Rows of every layer already in complete row files: where a resumed run starts."""
+    chunks = read_manifest(Path(job.store))["chunks"]
+    return sum(int(c["nodes"]) for layer in sorted(job.scratch.glob(f"{LAYER_PREFIX}*"))
+               for k, c in enumerate(chunks) if (layer / f"chunk-{k}.npy").exists())
+
+
+def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, progress: bool,
+           resumed_rows: int = 0) -> None:
     bar = None
     if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=num_nodes * layers, desc="predict", unit="rows", unit_scale=True, dynamic_ncols=True)
-    done_before, started = 0, time.monotonic()
+        from grappa.util.progress_bar import progress_bar  # on a terminal tqdm, in a log lines
+        bar = progress_bar(num_nodes * layers, "predict", "rows", unit_scale=True, dynamic_ncols=True,
+                           initial=resumed_rows)
+        bar.n = resumed_rows  # a resumed run starts where the completed layers left it
+        bar.refresh()
+    done_before, started = resumed_rows, time.monotonic()
     try:
         while True:
             codes = [p.poll() for p in procs]
@@ -84,14 +113,19 @@ def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, prog
                     f"predict worker {rank} exited with code {code}; stopped the others. Run the same "
                     f"command again to resume from the completed layers.\nlast lines of "
                     f"{logs / f'worker-{rank}.log'}:\n{tail(logs / f'worker-{rank}.log')}")
+            finished = all(c == 0 for c in codes)
             if bar is not None:
+                # rank 0 removes the status files with the scratch folder when it publishes:
+                # finished is every row of every layer, whatever the last files said
                 states = [read_status(job.scratch, r) for r in range(job.workers)]
-                n = sum(_rows_done(s) for s in states)
-                bar.update(max(0, n - done_before))
-                done_before = max(done_before, n)
+                n = num_nodes * layers if finished else sum(_rows_done(s) for s in states)
+                if n > done_before:
+                    bar.update(n - done_before)
+                    done_before = n
                 # rows count once per layer: nodes/s is the rate of whole nodes through all layers
-                bar.set_postfix(nodes_per_s=f"{n / layers / max(time.monotonic() - started, 1e-9):,.0f}")
-            if all(c == 0 for c in codes):
+                rate = (done_before - resumed_rows) / layers / max(time.monotonic() - started, 1e-9)
+                bar.set_postfix(nodes_per_s=f"{rate:,.0f}")
+            if finished:
                 return
             time.sleep(0.2)
     finally:

@@ -17,23 +17,38 @@ import sys
 import time
 from pathlib import Path
 
-from grappa.config import ConfigError, load_config
+from grappa.config import load_config
 from grappa.inference.job import PredictJob
 from grappa.inference.predict_worker import LAUNCHED, MANIFEST, run_worker, wait_until
-from grappa.runtime.exit_codes import EXIT_CANNOT_RUN, EXIT_CONFIG, cannot_run
+from grappa.runtime.exit_codes import run_reporting
 from grappa.runtime.stop import EXIT_STOPPED
 
 log = logging.getLogger("grappa.predict")
 
 
+def prepare_purpose():
+    """What a predict job's prepare pod prepares the spec's dataset for: inference, so edges and
+    features (labels and splits only when the job scores), of the width the model takes (checked
+    on the source's headers, before the store is written)."""
+    from grappa.data.store.preparation import Purpose
+    from grappa.inference.commands import check_width
+    from grappa.models.model_file import read_meta
+    spec = json.loads(os.environ["GRAPPA_PREDICT"])
+    meta, _ = read_meta(spec["model"])
+    return Purpose(need_labels=bool(spec.get("evaluate")),
+                   check_source=lambda src: check_width(spec["model"], meta, src.num_features, src.feature_origin))
+
+
 def job_from_env() -> PredictJob:
     from grappa.data.store.chunk_store import ChunkStore
     from grappa.inference.commands import new_job
+    from grappa.inference.graph import named_graph
     from grappa.models.model_file import read_meta
     cfg = load_config()  # $GRAPPA_CONFIG: the dataset's store, the run directory, P
     spec = json.loads(os.environ["GRAPPA_PREDICT"])
     meta, _ = read_meta(spec["model"])
     store = ChunkStore(cfg.store_path)
+    named_graph(store, meta, f"spec.dataset ({cfg.dataset.name})")  # said when not the training graph
     return new_job(spec["model"], meta, store, Path(cfg.run_dir) / spec["out"], cfg.partitions, predict=True,
                    evaluate=bool(spec.get("evaluate")), scores=bool(spec.get("scores")),
                    embed=spec.get("embeddings"), embed_dtype=spec.get("embeddingDtype", "float16"))
@@ -79,27 +94,24 @@ def work(job: PredictJob, rank: int) -> None:
         run_worker(job, rank)
 
 
+def run_role(role: str) -> int:
+    job = job_from_env()
+    if role == "aggregator":
+        coordinate(job)
+    else:
+        work(job, int(os.environ["RANK"]) - 1)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     role = argv[0]
     logging.basicConfig(level=os.environ.get("GRAPPA_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s predict-{role} %(levelname)s %(message)s")
     # PID 1 of a container needs a handler to die on SIGTERM; nothing to save (files by rename)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(EXIT_STOPPED))
-    try:
-        job = job_from_env()
-        if role == "aggregator":
-            coordinate(job)
-        else:
-            work(job, int(os.environ["RANK"]) - 1)
-    except ConfigError as err:  # the model does not fit the graph, an old model file, ...
-        print(f"grappa: error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except Exception as err:
-        if not isinstance(err, cannot_run()):
-            raise
-        print(f"grappa: error: {err}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return 0
+    # the CLI's error path: the model does not fit the graph, an old model file, ... end with one
+    # `grappa: error:` line on stderr and in the termination message, which the operator reports
+    return run_reporting(lambda: run_role(role))
 
 
 if __name__ == "__main__":

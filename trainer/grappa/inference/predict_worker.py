@@ -24,6 +24,7 @@ from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.assign import base_chunks
 from grappa.data.store.chunk_store import ChunkStore
 from grappa.inference.job import PredictJob
+from grappa.inference.out_folder import EVALUATION, FORMAT, MANIFEST
 from grappa.inference.outputs import assemble, id_range, output_specs
 from grappa.inference.status import Status, read_status
 from grappa.models.layerwise import StoreGraph, write_chunk
@@ -35,9 +36,7 @@ POLL_S = 0.05
 # Testing hook: SIGKILL this worker right after it completes this layer (1-based), as a crash
 # or an evicted pod would, to show that a rerun resumes from the completed layers.
 KILL_AFTER_LAYER = "GRAPPA_PREDICT_KILL_AFTER_LAYER"
-MANIFEST = "manifest.json"
 LAUNCHED = "launched_at"  # written by the launcher: wall time includes the workers' start-up
-EVALUATION = "evaluation.json"
 
 
 def wait_until(ready, what: str, say_every: float = 60.0) -> None:
@@ -138,7 +137,9 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
     launched = float((scratch / LAUNCHED).read_text()) if (scratch / LAUNCHED).exists() else started
     n = int(store.manifest["num_nodes"])
     meta = loaded.meta
+    training_graph = job.store_fingerprint == (meta.get("store") or {}).get("fingerprint")
     manifest = {
+        "format": FORMAT, "command": "predict" if job.predict else "evaluate", "job": job.identity,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "num_nodes": n, "rows": "row v of every file is node v in the dataset's own numbering",
         "files": {s.name: {"file": s.file, "dtype": s.dtype,
@@ -148,7 +149,9 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
                   "widths": meta["widths"], "num_classes": meta["num_classes"],
                   "strategy": meta["strategy"], "grappa_version": meta["grappa_version"]},
         "dataset": {"store": str(Path(job.store).resolve()), "fingerprint": job.store_fingerprint,
-                    "source": store.manifest.get("source"), "num_features": store.manifest["num_features"]},
+                    "source": store.manifest.get("source"), "num_features": store.manifest["num_features"],
+                    # false: a graph the user named, not the one the model was trained on
+                    "training_graph": training_graph},
         "workers": job.workers, "seconds": time.time() - launched, "pass_seconds": time.time() - started,
         "per_worker": [{k: w.get(k) for k in ("peak_rss_bytes", "peak_pss_bytes", "peak_anon_bytes", "bytes_read",
                                               "bytes_written", "seconds", "skipped_layers")} for w in workers],

@@ -2,8 +2,15 @@
 
 A model file rebuilds the model without the run's config: architecture, layers, widths, heads,
 class count, the input feature width and dtype, the training strategy, the dataset's identity,
-the chunk store's fingerprint and the Grappa version, next to the parameters. It is a plain
+the chunk store it was trained on and the Grappa version, next to the parameters. It is a plain
 `torch.save` of a dict, so `torch.load(path)["state_dict"]` also works without Grappa.
+
+The training store is named by identity, its fingerprint, and by location relative to the model
+file itself (`store.path`, `store.relative_to: "model file"`; where it was when the file was
+written as well, `store.written_at`), so a run directory copied or moved elsewhere, or a model
+used from another working directory, still finds its store, and a store that is not the one
+(prepared again, another run's) is known by its fingerprint (inference/graph.py). Files written
+before kept a path relative to the training's working directory (`store.path` alone).
 
 Files written before this format (a bare state dict) are refused with the fix: convert them with
 the run's config (`python -m grappa.model_file convert OLD.pt --config run/report.json`).
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +58,42 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
         "feature_dtype": manifest["feature_dtype"] if manifest else "float32",
         "strategy": cfg.strategy if manifest else "single",
         "dataset": store_source(cfg),
-        "store": ({"path": str(cfg.store_path), "fingerprint": store_fingerprint(manifest),
+        "store": ({"written_at": str(Path(cfg.store_path).resolve()), "fingerprint": store_fingerprint(manifest),
                    "num_nodes": int(manifest["num_nodes"]), "num_chunks": int(manifest["num_chunks"])}
                   if manifest else None),
     }
+
+
+RELATIVE_TO = "model file"
+
+
+def located(meta: dict, folder: str | Path) -> dict:
+    """`meta` for a file written into `folder`: its training store's path relative to there."""
+    store = meta.get("store")
+    if not store or "written_at" not in store:
+        return meta
+    rel = os.path.relpath(store["written_at"], Path(folder).resolve())
+    return {**meta, "store": {**store, "path": rel, "relative_to": RELATIVE_TO}}
+
+
+def store_locations(model_path: str | Path, meta: dict) -> list[Path]:
+    """Where the model's training store may be, most likely first: relative to the model file,
+    then where it was written. Files from before kept a path relative to the training's working
+    directory: tried as it is and under each folder above the model's."""
+    store = meta.get("store") or {}
+    folder = Path(model_path).resolve().parent
+    out: list[Path] = []
+    if store.get("relative_to") == RELATIVE_TO:
+        out.append(folder / store["path"])
+    elif store.get("path"):
+        p = Path(store["path"])
+        out += [p] if p.is_absolute() else [p, *(base / p for base in (folder, *folder.parents))]
+    if store.get("written_at"):
+        out.append(Path(store["written_at"]))
+    unique: dict[str, Path] = {}
+    for p in out:
+        unique.setdefault(os.path.normpath(os.path.abspath(p)), p)
+    return [Path(k) for k in unique]
 
 
 def model_record(meta: dict, state_dict: dict) -> dict[str, Any]:
@@ -67,9 +107,9 @@ def save_model(path: str | Path, meta: dict, state_dict: dict) -> Path:
     import torch
 
     from grappa.util.files import atomic_write
-    buf = io.BytesIO()
-    torch.save(model_record(meta, state_dict), buf)
     path = Path(path)
+    buf = io.BytesIO()
+    torch.save(model_record(located(meta, path.parent), state_dict), buf)
     atomic_write(path, buf.getvalue())
     return path
 
@@ -158,6 +198,9 @@ def convert(old: Path, config: Path, out: Path) -> Path:
     from grappa.config import validate_config
     from grappa.data.store.chunk_store import ChunkStore
     from grappa.models import GNN
+    for path, what in ((old, "model file"), (config, "--config")):
+        if not path.is_file():
+            raise ModelFileError(f"{what} {path} does not exist")
     data = json.loads(config.read_text()) if config.suffix == ".json" else None
     if data is None:
         import yaml
@@ -183,8 +226,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     c.add_argument("--config", type=Path, required=True, help="the run's config or report.json")
     c.add_argument("--out", type=Path, help="default: OLD with .v1.pt")
     args = p.parse_args(argv)
-    out = convert(args.old, args.config, args.out or args.old.with_suffix(".v1.pt"))
-    print(f"wrote {out}")
+    return _convert_command(args.old, args.config, args.out or args.old.with_suffix(".v1.pt"))
+
+
+def _convert_command(old: Path, config: Path, out: Path) -> int:
+    """convert, writing a new file only: an existing one is never replaced, and a folder that
+    cannot be written is one line (exit 3) before any work."""
+    from grappa.util.files import ensure_writable
+    if out.exists():
+        raise ConfigError(f"--out {out} exists: give another --out (or delete it); convert writes a new file only")
+    ensure_writable(out.parent, "--out", "--out")
+    print(f"wrote {convert(old, config, out)}")
     return 0
 
 

@@ -22,10 +22,11 @@ from grappa.config import TrainConfig, dump_config
 from grappa.data.store.chunk_store import ChunkStore
 from grappa.models import GNN
 from grappa.models.model_file import describe as describe_model
-from grappa.models.model_file import save_model
+from grappa.models.model_file import located, save_model
 from grappa.models.params import flat_state, num_buffer_values, num_params
 from grappa.runtime import protocol as proto
-from grappa.runtime.checkpoint import LastEpoch, latest_checkpoint, load_checkpoint
+from grappa.runtime import startup
+from grappa.runtime.checkpoint import LastEpoch, checkpoint_dir, latest_checkpoint, load_checkpoint
 from grappa.runtime.exchange import StepExchange
 from grappa.runtime.job_progress import NullSink, Progress, ProgressSink, RoundSource
 from grappa.runtime.replica import check_replicas, checksum, make_optimizer, optimizer_bytes
@@ -176,7 +177,8 @@ class Aggregator:
         return {
             "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "best": self.best, "decision": decision.__dict__, "history": self.history,
-            "config": dump_config(self.cfg), "describe": self.describe(),
+            "config": dump_config(self.cfg),
+            "describe": located(self.describe(), checkpoint_dir(self.run_dir)),  # where the file lives
         }
 
     def describe(self) -> dict:
@@ -205,9 +207,12 @@ class Aggregator:
         return sum(rec.get("steps", 0) for rec in self.history)
 
     def end_epoch(self, rec: dict, epoch: int, decision: RoundDecision) -> None:
-        """Epoch `epoch` (1-based) is complete: record it, and keep its state for a stop."""
+        """Epoch `epoch` (1-based) is complete: record it, and keep its state for a stop. The last
+        epoch is always written, whatever checkpoint.interval says: a rerun then knows the run
+        finished, and one with more epochs extends it from there instead of redoing (and
+        recording twice) the epochs after the last periodic checkpoint."""
         periodic = bool(self.cfg.checkpoint.interval) and epoch % self.cfg.checkpoint.interval == 0
-        self.end_epoch_as(rec, epoch, decision, periodic)
+        self.end_epoch_as(rec, epoch, decision, periodic or epoch == self.cfg.training.epochs)
 
     def end_epoch_as(self, rec: dict, epoch: int, decision: RoundDecision, write: bool) -> None:
         self.steps_into_epoch = 0
@@ -267,6 +272,9 @@ class Aggregator:
             build_seconds = 0.0  # the slowest worker's local-graph build, in epochs that start a round
             if decision != applied:
                 rinfo = self.setup_round(decision, epoch)
+                if applied is None:  # the first round of this start: training begins
+                    startup.say(startup.ROUND_BUILT, round=decision.round, epoch=epoch,
+                                build_seconds=rinfo["build_seconds"])
                 applied = decision
                 build_seconds = rinfo["build_seconds"]
             do_eval = (epoch + 1) % cfg.training.eval_every == 0 or epoch == epochs - 1

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Optional, Protocol
 
 from grappa.config import TrainConfig, dump_config
+from grappa.runtime import startup
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
 
 # How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
 # one checkpoint write at most; this leaves room for a slow disk.
 STOP_GRACE_S = 30.0
+PIDS = "pids.json"  # rank -> pid while the processes run
 
 
 class LaunchError(RuntimeError):
@@ -99,9 +101,10 @@ class LocalJob:
 
     def spawn(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.phases_file.unlink(missing_ok=True)  # this attempt's phases only
         port = free_port()
         place = self.placement
-        base_env = {**os.environ, "GRAPPA_CONFIG": dump_config(self.cfg),
+        base_env = {**os.environ, "GRAPPA_CONFIG": dump_config(self.cfg), startup.ENV: str(self.phases_file),
                     "MASTER_ADDR": place.master_addr if place else "127.0.0.1",
                     "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world),
                     "OMP_NUM_THREADS": str(self.threads), "GRAPPA_THREADS": str(self.threads),
@@ -119,8 +122,33 @@ class LocalJob:
                 cmd, env={**base_env, "RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=die_with(os.getpid())))
             log.close()
-        # Which process is which rank, for people (and tests) who need to signal one.
-        (self.run_dir / "pids.json").write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
+        # Which process is which rank, for people (and tests) who need to signal one, while they run.
+        (self.run_dir / PIDS).write_text(json.dumps({r: p.pid for r, p in enumerate(self.procs)}))
+        self.spawned_at = time.monotonic()
+        self.say(f"started the aggregator and {self.world - 1} workers; each loads torch, then they "
+                 "meet and build their local graphs before epoch 1")
+
+    @property
+    def phases_file(self) -> Path:
+        return self.log_dir / "phases.jsonl"
+
+    def say(self, text: str) -> None:
+        if self.progress:
+            print(f"grappa: {text}", file=sys.stderr, flush=True)
+
+    def show_phases(self, phases: startup.PhaseLines) -> None:
+        """Before epoch 1: what the processes reached, and when (since they were started)."""
+        for p in phases.new():
+            after = f"after {time.monotonic() - self.spawned_at:.1f} s"
+            if p["phase"] == startup.JOINED:
+                self.say(f"all {p['ranks']} processes started and joined {after}; building the model, "
+                         "its optimizer and the workers' local graphs")
+            elif p["phase"] == startup.ROUND_BUILT:
+                self.say(f"round {p['round']} built {after} (local graphs {p['build_seconds']:.1f} s); "
+                         f"epoch {p['epoch'] + 1} of {self.cfg.training.epochs} under way")
+            elif p["phase"] == startup.STAGE_STARTED:
+                self.say(f"stage {p['stage']} started {after}; epoch {p['epoch'] + 1} of "
+                         f"{self.cfg.training.epochs} under way")
 
     def stop_all(self, grace: float = STOP_GRACE_S) -> None:
         for p in self.procs:
@@ -138,11 +166,13 @@ class LocalJob:
         metrics = self.run_dir / "metrics.jsonl"
         offset = metrics.stat().st_size if metrics.exists() else 0
         bar = None
+        phases = startup.PhaseLines(self.phases_file)
         if self.progress:
             from grappa.util.progress_bar import progress_bar
             bar = progress_bar(self.cfg.training.epochs, "epochs", "ep", dynamic_ncols=True)
         try:
             while True:
+                self.show_phases(phases)
                 offset = self._advance(metrics, offset, bar)
                 # Workers first: one that failed because the aggregator left is then always seen
                 # together with the aggregator's exit, which decides what happened.
@@ -212,6 +242,8 @@ class LocalJob:
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)
+            if all(p.poll() is not None for p in self.procs):  # nobody left to signal
+                (self.run_dir / PIDS).unlink(missing_ok=True)
         report = self.run_dir / "report.json"
         if not report.exists():
             raise LaunchError(f"all processes exited 0 but {report} was not written")

@@ -18,6 +18,7 @@ from grappa.config import TrainConfig
 from grappa.models.params import num_buffer_values, num_params
 from grappa.models.sparse_input import compact_input
 from grappa.runtime import protocol as proto
+from grappa.runtime import startup
 from grappa.runtime.aggregator import Aggregator
 from grappa.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from grappa.runtime.replica import make_optimizer
@@ -144,6 +145,7 @@ class StagedAggregator(Aggregator):
             self.command(proto.control(proto.CMD_STAGE, epoch, stage))
             self.send_replica()
             log.info("stage %d: epochs %d..%d", stage, epoch + 1, bounds[stage + 1])
+            startup.say(startup.STAGE_STARTED, stage=stage, epoch=epoch)
             for epoch in range(epoch, bounds[stage + 1]):
                 self.safe_point()
                 t0 = time.perf_counter()
@@ -167,9 +169,10 @@ class StagedAggregator(Aggregator):
                 self._publish(rec, started, max(1, epoch + 1))
             epoch = bounds[stage + 1]
             self.end_stage(stage)
-            if cfg.checkpoint.interval:
+            if cfg.checkpoint.interval or stage == cfg.model.layers - 1:
                 # Kept for a stop only when written on schedule, as before: the workers may still
                 # be writing the next stage's input rows, which resuming a finished stage needs.
+                # The last stage's end is always written: a rerun knows the run finished.
                 self.last_epoch.record(epoch, self.steps_done(), self.checkpoint_state(epoch, decision), True)
             stage += 1
         self.command(proto.control(proto.CMD_STOP))

@@ -7,15 +7,17 @@ Evaluation sums travel as one message: (loss sum, correct, count) per split, tra
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.data import Data
 
 from grappa.data.blocks import Block, full_blocks
 from grappa.models.params import flat_grads
+
+if TYPE_CHECKING:  # PyG costs every rank seconds at start-up (torch._dynamo with it); only named here
+    from torch_geometric.data import Data
 
 SPLITS = ("train", "val", "test")
 

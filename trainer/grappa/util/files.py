@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 class OutputDirError(RuntimeError):
@@ -21,7 +23,8 @@ def _blocker(path: Path) -> str:
 
 
 def ensure_writable(path: str | Path, field: str, flag: str) -> Path:
-    """Create `path` if needed and prove a file can be written in it; OutputDirError otherwise."""
+    """Create `path` if needed and prove a file can be written in it; OutputDirError otherwise.
+    `field`: the config field it comes from (or the flag itself, for a command's own flag)."""
     path = Path(path)
     probe = path / f".grappa-write-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
@@ -30,9 +33,10 @@ def ensure_writable(path: str | Path, field: str, flag: str) -> Path:
         probe.unlink()
     except OSError as err:
         why = _blocker(path) or err.strerror or str(err)
+        setting = "" if field == flag else f" (or set {field})"
         raise OutputDirError(
-            f"{field} {path}: cannot write there ({why}); give a writable folder with {flag} "
-            f"(or set {field}), or mount the volume read-write") from None
+            f"{field} {path}: cannot write there ({why}); give a writable folder with {flag}"
+            f"{setting}, or mount the volume read-write") from None
     return path
 
 
@@ -55,3 +59,21 @@ def atomic_write(path: Path, payload: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def removed_if_left_empty(path: str | Path) -> Iterator[Path]:
+    """On an error inside the block, remove `path` and the parents missing before it, where the
+    block created them and left them empty: a failed command leaves no empty folder behind (a
+    folder holding anything, or one that existed before, is kept)."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # innermost first
+    try:
+        yield path
+    except BaseException:
+        for p in missing:
+            try:
+                p.rmdir()  # refuses a folder that is not empty
+            except OSError:
+                break
+        raise

@@ -23,8 +23,9 @@ def dataset_path(cfg: DatasetConfig) -> Path:
     return path if path.is_absolute() else data_root(cfg) / path
 
 
-def open_source(cfg: DatasetConfig, progress: bool = True) -> GraphSource:
-    """The streaming source of rmat, OGB or arrays: reads metadata only."""
+def open_source(cfg: DatasetConfig, progress: bool = True, need_labels: bool = True) -> GraphSource:
+    """The streaming source of rmat, OGB or arrays: reads metadata only. `need_labels=False`:
+    an arrays graph may lack labels.npy and the split files (inference)."""
     if cfg.name == "rmat":
         from grappa.data.sources.rmat import RmatSource
         s = cfg.synthetic
@@ -39,7 +40,7 @@ def open_source(cfg: DatasetConfig, progress: bool = True) -> GraphSource:
         return OgbSource(cfg.name, root, cfg.add_inverse_edges)
     if cfg.name == "arrays":
         from grappa.data.sources.arrays import ArraysSource
-        return ArraysSource(dataset_path(cfg), cfg.arrays, bool(cfg.add_inverse_edges))
+        return ArraysSource(dataset_path(cfg), cfg.arrays, bool(cfg.add_inverse_edges), need_labels)
     # The in-memory datasets (built-ins, csbm, file) are grappa.data's: grappa.data.open_dataset
     # opens every kind; this package never imports grappa.data, which builds on it.
     raise DatasetError(f"dataset.name: '{cfg.name}' is not a streaming source; open it with "

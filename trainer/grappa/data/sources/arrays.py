@@ -6,6 +6,10 @@
     <folder>/labels.npy      [n] integers, -1 = unlabelled
     <folder>/train.npy, val.npy, test.npy   bool masks [n] or integer index arrays
 
+Training needs all of them. Inference needs edges and features only (`need_labels=False`): a
+graph without labels.npy has every node unlabelled, one without a split file no node in that
+split; whatever is there is checked the same.
+
 Everything is checked from the headers before any data is read; edge ids, feature values and
 labels are checked block by block as they stream (file and row named in every error).
 """
@@ -65,7 +69,8 @@ def _integer(header: NpyHeader, what: str) -> None:
 
 
 class ArraysSource(GraphSource):
-    def __init__(self, folder: Path, cfg, add_inverse_edges: bool) -> None:  # cfg: ArraysConfig
+    def __init__(self, folder: Path, cfg, add_inverse_edges: bool,  # cfg: ArraysConfig
+                 need_labels: bool = True) -> None:
         if not folder.is_dir():
             raise DatasetError(f"dataset.path: folder {folder} does not exist (relative paths are "
                                "under dataset.root / $GRAPPA_DATA_ROOT, or the job's storage mount)")
@@ -82,13 +87,20 @@ class ArraysSource(GraphSource):
         self.features = x
         self.num_nodes, self.num_features = x.shape
         self.feature_origin = x.origin
-        self.labels = self._labels(folder / cfg.labels)
-        self.label_origin = self.labels.origin
+        self.labels_required = need_labels
+        labels = folder / cfg.labels
+        if need_labels and not labels.is_file():
+            raise DatasetError(f"{labels} does not exist: training and scoring need labels (-1 for an "
+                               "unlabelled node) and train/val/test; `grappa predict` alone needs edges "
+                               "and features only")
+        self.labels = self._labels(labels) if labels.is_file() else None
+        self.label_origin = self.labels.origin if self.labels else str(labels)
         self.parts = self._edge_files(cfg)
         self.num_edges = sum(src.rows if pair else src.shape[1] for src, _, pair in self.parts)
         self.splits = SplitIndex(self.num_nodes)
         for code, name in ((SPLIT_TRAIN, cfg.train), (SPLIT_VAL, cfg.val), (SPLIT_TEST, cfg.test)):
-            self._add_split(code, folder / name)
+            if need_labels or (folder / name).is_file():
+                self._add_split(code, folder / name)
         self.split_origin = self.splits.origins
 
     def _labels(self, path: Path) -> NpyHeader:
@@ -129,12 +141,17 @@ class ArraysSource(GraphSource):
 
     def _add_split(self, code: int, path: Path) -> None:
         if not path.is_file():
-            raise DatasetError(f"{path} does not exist: the arrays format needs train, val and test "
-                               "(bool masks or index arrays); set dataset.arrays.train/val/test")
+            raise DatasetError(f"{path} does not exist: training and scoring need train, val and test "
+                               "(bool masks or index arrays); set dataset.arrays.train/val/test "
+                               "(`grappa predict` alone needs none of them)")
         h = npy_header(path)
         if h.dtype == np.bool_:
             if h.shape != (self.num_nodes,):
-                raise DatasetError(f"{h.origin}: mask has shape {h.shape}; expected [{self.num_nodes}]")
+                n = self.num_nodes
+                raise DatasetError(
+                    f"{h.origin}: mask has shape {h.shape}; expected [{n}], one bool per row of "
+                    f"{self.feature_origin}: save m = numpy.zeros({n}, bool) with m[ids] = True, "
+                    "or the split's node ids themselves as an integer array")
             self.splits.add_mask(code, h)
             return
         if len(h.shape) != 1:
@@ -157,5 +174,6 @@ class ArraysSource(GraphSource):
         for lo in range(0, self.num_nodes, block_rows):
             hi = min(lo + block_rows, self.num_nodes)
             x = read_rows(self.features, Path(self.features.origin), lo, hi)
-            y = read_rows(self.labels, Path(self.labels.origin), lo, hi).reshape(-1).astype(np.int64)
+            y = (read_rows(self.labels, Path(self.labels.origin), lo, hi).reshape(-1).astype(np.int64)
+                 if self.labels else np.full(hi - lo, -1, dtype=np.int64))
             yield NodeBlock(lo, x, y, self.splits.codes(lo, hi))

@@ -63,6 +63,7 @@ class GraphSource(ABC):
     num_edges: int                      # edges as the source lists them (before inverse edges)
     add_inverse_edges: bool             # store (dst, src) as well as every (src, dst)
     num_classes: Optional[int] = None   # None: the largest label + 1, found by the node pass
+    labels_required = True              # False: a graph without any label is fine (inference)
     labeller: Optional[GraphLabeller] = None
     in_memory = False                   # arrays already in this process: never sent to workers
     # Where values come from, for error messages: the features, labels and each split code.

@@ -84,3 +84,15 @@ def changes(recorded: Optional[dict], now: dict, folder: Path) -> list[str]:
         elif new["sampled"] and old["mtime_ns"] != new["mtime_ns"]:
             out.append(f"{path} was modified (newer modification time)")
     return out
+
+
+def changed_since_prepared(manifest: dict) -> tuple[Optional[Path], list[str]]:
+    """(the dataset folder, how its files differ from when the store was prepared), for a store
+    that records them (`source_folder`, `source_files`): what a command reading a store it did
+    not prepare checks. (None, []) when the store records no folder, or the folder is gone (the
+    store is all that is left of the data)."""
+    recorded, where = manifest.get("source_files"), manifest.get("source_folder")
+    if not recorded or not where or not Path(where).is_dir():
+        return None, []
+    folder = Path(where)
+    return folder, changes(recorded, fingerprint(folder, [folder / name for name in recorded]), folder)

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
+from grappa.data.sources.base import GraphSource
 from grappa.data.store import is_prepared, prepare, read_manifest
 from grappa.data.store.fingerprint import changes, fingerprint, input_files
-from grappa.util.files import ensure_writable
+from grappa.util.files import ensure_writable, removed_if_left_empty
 
 REPREPARE_FLAG = "--reprepare"
 
@@ -25,41 +28,70 @@ def store_source(cfg: TrainConfig) -> dict:
     return d
 
 
-def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = False) -> dict:
+@dataclass(frozen=True)
+class Purpose:
+    """What the store is prepared for. Training needs labels and the three splits; inference
+    needs edges and features only (`need_labels=False`: a graph without labels.npy or split files
+    is prepared with every node unlabelled). `check_source` sees the opened source (its headers,
+    nothing read yet) before anything is written, e.g. that its feature width fits a model."""
+
+    need_labels: bool = True
+    check_source: Optional[Callable[[GraphSource], None]] = None
+
+
+TRAINING = Purpose()
+
+
+def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = False,
+                  purpose: Purpose = TRAINING) -> dict:
     source_id = store_source(cfg)
     store = cfg.store_path
     folder, files = input_files(cfg.dataset)
     prints = fingerprint(folder, files)
-    if is_prepared(store, source_id, cfg.num_chunks, cfg.grappa.partition_seed):
-        manifest = read_manifest(store)
-        changed = changes(manifest.get("source_files"), prints, folder)
-        if not changed:
-            return manifest
-        if not reprepare:
-            raise ChunkStoreError(
-                f"the chunk store {store} was prepared from other data: " + "; ".join(changed)
-                + f". Run again with {REPREPARE_FLAG} to prepare it anew (the old store stays until "
-                f"the new one is complete), or delete {store}")
-        return _replace(cfg, store, source_id, prints, progress)
-    return _prepare(cfg, store, source_id, prints, progress)
+    if not is_prepared(store, source_id, cfg.num_chunks, cfg.grappa.partition_seed):
+        return _prepare(cfg, store, source_id, _recorded(folder, prints), progress, purpose)
+    manifest = read_manifest(store)
+    changed = changes(manifest.get("source_files"), prints, folder)
+    if changed and not reprepare:
+        raise ChunkStoreError(
+            f"the chunk store {store} was prepared from other data: " + "; ".join(changed)
+            + f". Run again with {REPREPARE_FLAG} to prepare it anew (the old store stays until "
+            f"the new one is complete), or delete {store}")
+    if changed:
+        manifest = _replace(cfg, store, source_id, _recorded(folder, prints), progress, purpose)
+    if purpose.need_labels and int(manifest["num_classes"]) < 1:
+        raise ChunkStoreError(
+            f"the chunk store {store} holds a graph without labels (prepared for predict): training "
+            f"needs labels.npy and train/val/test; give another storeDir, or delete {store}")
+    return manifest
 
 
-def _prepare(cfg: TrainConfig, store: Path, source_id: dict, prints: dict, progress: bool) -> dict:
-    ensure_writable(store, "storeDir", "--store-dir")
-    from grappa.data.open import open_dataset
-    source = open_dataset(cfg.dataset, progress=progress)
-    return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
-                   feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
-                   workers=cfg.prepare.workers, progress=progress,
-                   extra={"source_files": prints} if prints else None)
+def _recorded(folder: Path, prints: dict) -> Optional[dict]:
+    """What the manifest keeps of a user's files: their fingerprints, and the folder they are in,
+    for commands that read the store without the dataset's settings (predict on a model's store)."""
+    return {"source_files": prints, "source_folder": str(folder.resolve())} if prints else None
 
 
-def _replace(cfg: TrainConfig, store: Path, source_id: dict, prints: dict, progress: bool) -> dict:
+def _prepare(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dict], progress: bool,
+             purpose: Purpose) -> dict:
+    with removed_if_left_empty(store):  # a refused dataset leaves no empty store folder
+        ensure_writable(store, "storeDir", "--store-dir")
+        from grappa.data.open import open_dataset
+        source = open_dataset(cfg.dataset, progress=progress, need_labels=purpose.need_labels)
+        if purpose.check_source is not None:
+            purpose.check_source(source)
+        return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
+                       feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
+                       workers=cfg.prepare.workers, progress=progress, extra=extra)
+
+
+def _replace(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dict], progress: bool,
+             purpose: Purpose) -> dict:
     """Prepare next to the old store, then swap: a failed prepare leaves the old one as it was."""
     tag = f"{os.getpid()}"
     fresh, old = store.with_name(f".{store.name}.new-{tag}"), store.with_name(f".{store.name}.old-{tag}")
     try:
-        manifest = _prepare(cfg, fresh, source_id, prints, progress)
+        manifest = _prepare(cfg, fresh, source_id, extra, progress, purpose)
         os.replace(store, old)
         try:
             os.replace(fresh, store)

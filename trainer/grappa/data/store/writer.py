@@ -250,7 +250,7 @@ def _manifest(source: GraphSource, plan: Plan, source_id: dict, nodes_out: dict[
     if source.num_classes is None:
         check_label_gaps(nodes_out["labels_used"], source)
     num_classes = source.num_classes or nodes_out["max_label"] + 1
-    if num_classes < 1:
+    if num_classes < 1 and source.labels_required:  # inference needs none: 0 classes recorded
         raise DatasetError(f"{source.label_origin}: no node has a label (all -1); label some nodes")
     all_files = {**nodes_out["files"], **files}
     chunks = []
