@@ -87,7 +87,8 @@ def test_three_lanes_keep_units_together_run_exclusive_alone_and_make_once(tmp_p
     log = tmp_path / "log"
     log.mkdir()
     # Not the lanes this test may itself run in: a fresh controller with its own folder.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "GRAPPA_LANES"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "GRAPPA_LANES", "GRAPPA_E2E", "GRAPPA_TOOLS"))}  # not the bed's
     env["LANES_LOG"] = str(log)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",
                            "--dist", "loadgroup", str(suite)], cwd=suite, env=env, text=True,

@@ -67,6 +67,8 @@ kueue_image() {
 # (kueue.ready/.failed). In its own session, so teardown can stop it, kind and builds included.
 bring_up() {  # bring_up <kubeconfig>
     local kubeconfig=$1
+    # kubectl and helm for cluster.sh and kueue.sh, once built (the command gets the same PATH)
+    PATH=$("$REPO/hack/build-controlplane.sh" --path | tail -1):$("$REPO/hack/build-controlplane.sh" --helm-path | tail -1):$PATH
     # whatever ends this early leaves the markers the tests wait on saying so
     trap 'for m in tools cluster kueue; do [[ -e $BED/run/$m.ready ]] || touch "$BED/run/$m.failed"; done' EXIT
     build
