@@ -16,4 +16,4 @@ one way, down this list (tests/trainer/test_layout.py checks it):
 
 Importing the package is cheap and torch-free (the operator imports `grappa.config`).
 """
-__version__ = "0.1.0"
+from grappa.util.version import __version__  # noqa: F401

@@ -84,7 +84,8 @@ def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate:
 
 def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *, predict: bool,
             evaluate: bool, scores: bool = False, embed: Optional[int] = None,
-            embed_dtype: str = "float16", block_edges: Optional[int] = None):
+            embed_dtype: str = "float16", block_edges: Optional[int] = None,
+            code_path: Optional[str] = None):
     """The job after every check that needs no worker: the model fits the graph, the layer and
     the worker count exist."""
     from grappa.config import ConfigError
@@ -93,7 +94,11 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     from grappa.models.model_file import store_fingerprint
     man = store.manifest
     check_fit(model, meta, man, store.path, evaluate)
-    layers = int(meta["model"]["layers"])
+    layers = len(meta["widths"])  # passes of exact inference: the layers, or 1 (custom.py)
+    if embed is not None and layers < int(meta["model"]["layers"]):
+        raise ConfigError(f"model {model} ({meta['model']['custom']['factory']}) does not expose its "
+                          "layers (an inference_per_layer method, as PyG's BasicGNN has), so only its "
+                          "output is computed: drop --embeddings, or add inference_per_layer to the model")
     if embed is not None:
         embed = embed or max(1, layers - 1)
         if not 1 <= embed <= layers:
@@ -107,13 +112,17 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     return PredictJob(model=str(Path(model).resolve()), model_sha256=sha, store=str(store.path.resolve()),
                       store_fingerprint=store_fingerprint(man), out=str(out.resolve()), workers=workers,
                       predict=predict, scores=scores, embed_layer=embed, embed_dtype=embed_dtype,
-                      evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES)
+                      evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES,
+                      code_path=str(Path(code_path).resolve()) if code_path else None)
 
 
 def build_job(command: str, args: argparse.Namespace, cfg):
     from grappa.config import ConfigError
     from grappa.models.model_file import read_meta
     meta, _ = read_meta(args.model)
+    if (meta.get("model") or {}).get("custom"):  # its code is here and unchanged, before any worker
+        from grappa.models.model_file import load_model
+        load_model(args.model, args.code_path)
     model_dir = Path(args.model).resolve().parent
     out = Path(args.out or model_dir / ("predictions" if command == "predict" else "evaluation"))
     store = resolve_store(args, cfg, meta, out)
@@ -124,8 +133,8 @@ def build_job(command: str, args: argparse.Namespace, cfg):
     job = new_job(args.model, meta, store, out, args.partitions, predict=predict,
                   evaluate=not predict or bool(args.evaluate), scores=bool(getattr(args, "scores", False)),
                   embed=getattr(args, "embeddings", None), embed_dtype=getattr(args, "embedding_dtype", "float16"),
-                  block_edges=args.edges_per_block)
-    return job, int(store.manifest["num_nodes"]), int(meta["model"]["layers"])
+                  block_edges=args.edges_per_block, code_path=args.code_path)
+    return job, int(store.manifest["num_nodes"]), len(meta["widths"])
 
 
 def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
@@ -137,7 +146,7 @@ def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
         path = run_local(job, num_nodes, layers, progress=not args.quiet)
     except LaunchError as err:
         print(f"grappa: error: {err}", file=sys.stderr)
-        return 1
+        return err.code
     print_summary(json.loads(path.read_text()), Path(job.out))
     return 0
 

@@ -3,8 +3,8 @@ run with one `grappa: error:` line instead of a traceback.
 
 0 success; 1 EXIT_CRASH (`group_failed()`: another rank died, froze or diverged; retryable, a
 restart resumes); 2 EXIT_CONFIG (a configuration or model file a user wrote is wrong);
-3 EXIT_CANNOT_RUN (`cannot_run()`: this job cannot run with this data or these folders;
-permanent); 143 EXIT_STOPPED (stop.py: SIGTERM, the last completed epoch saved).
+3 EXIT_CANNOT_RUN (`cannot_run()`: this job cannot run with this data, these folders or this
+model code; permanent); 143 EXIT_STOPPED (stop.py: SIGTERM, the last completed epoch saved).
 Torch-free at import: the error classes are looked up only when an error needs sorting, so a
 configuration mistake is reported before torch loads.
 """
@@ -15,8 +15,9 @@ EXIT_CRASH, EXIT_CONFIG, EXIT_CANNOT_RUN = 1, 2, 3
 
 def cannot_run() -> tuple[type[Exception], ...]:
     from grappa.data.errors import ChunkStoreError, DatasetError
+    from grappa.models.user_code import ModelCodeError
     from grappa.util.files import OutputDirError
-    return ChunkStoreError, DatasetError, OutputDirError
+    return ChunkStoreError, DatasetError, OutputDirError, ModelCodeError
 
 
 def group_failed() -> tuple[type[Exception], ...]:
