@@ -16,6 +16,7 @@ compares the version when there is one, else the sha256.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.metadata
@@ -150,11 +151,14 @@ def load_factory(factory: str, code_path: Optional[str] = None) -> tuple[Callabl
     obj: Any = module
     for part in qualname.split("."):
         if not hasattr(obj, part):
-            names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+            own = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
+                         and getattr(v, "__module__", None) == module_name)
+            close = difflib.get_close_matches(qualname, own, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ModelCodeError(
                 f"model.custom.factory {factory}: {module_name} ({getattr(module, '__file__', '?')}) "
-                f"has no {qualname!r}; it defines {', '.join(names[:12]) or 'no callables'}: name "
-                "one of them after the ':'")
+                f"has no {qualname!r}; {hint}it defines {', '.join(own[:12]) or 'no functions or classes'}: "
+                "name one of them after the ':'")
         obj = getattr(obj, part)
     if not callable(obj):
         raise ModelCodeError(f"model.custom.factory {factory}: {qualname} is a "
