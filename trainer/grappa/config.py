@@ -514,6 +514,11 @@ def load_config(path: Optional[str] = None, overrides: Optional[dict] = None) ->
         source = "$GRAPPA_CONFIG"
         if not isinstance(data, dict):
             raise ConfigError("$GRAPPA_CONFIG: expected a JSON object; recreate the job")
+    return config_with(data, overrides, source)
+
+
+def config_with(data: dict, overrides: Optional[dict] = None, source: str = "config") -> TrainConfig:
+    """`data` (either spelling) with dotted overrides on top, validated."""
     data = canonical(data, TrainConfig)
     for dotted, value in (overrides or {}).items():
         node, model = data, TrainConfig
