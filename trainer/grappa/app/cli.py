@@ -131,6 +131,7 @@ def check_model(cfg: TrainConfig, manifest: dict) -> None:
 
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     from grappa.data.store.preparation import prepare_store
+    check_model_imports(cfg)  # seconds, before a graph that may take long
     manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
     check_model(cfg, manifest)
     print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
