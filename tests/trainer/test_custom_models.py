@@ -39,7 +39,8 @@ ENV = {**os.environ, "PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'operator'}"}
 
 
 def custom(factory: str, code_path=MODELS, **model) -> ModelConfig:
-    spec = {"factory": factory, "codePath": str(code_path) if code_path else None, "kwargs": model.pop("kwargs", {})}
+    spec = {"factory": factory, "codePath": str(code_path) if code_path else None, "kwargs": model.pop("kwargs", {}),
+            "adjacency": model.pop("adjacency", "edge-index")}
     return ModelConfig.model_validate({"hidden": 16, "dropout": 0.0, **model, "custom": spec})
 
 
@@ -57,14 +58,16 @@ def cora_p1(data_root, tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["full-graph", "mini-batch"])
-@pytest.mark.parametrize("factory,kwargs", [
-    ("torch_geometric.nn.models:GraphSAGE", {}),                 # trims its layers (BasicGNN)
-    ("torch_geometric.nn.models:GAT", {"v2": True, "heads": 2}),  # GATv2Conv, attention
-    ("pyg_models:make_stack", {"conv": "gin"}),                   # the user's own module
+@pytest.mark.parametrize("factory,kwargs,adjacency", [
+    ("torch_geometric.nn.models:GraphSAGE", {}, "edge-index"),       # trims its layers (BasicGNN)
+    ("torch_geometric.nn.models:GraphSAGE", {}, "sparse"),           # a CSR adj_t: fused, untrimmed
+    ("torch_geometric.nn.models:GAT", {"v2": True, "heads": 2}, "edge-index"),  # GATv2Conv, attention
+    ("pyg_models:make_stack", {"conv": "gin"}, "edge-index"),        # the user's own module
 ])
-def test_p1_gradient_is_single_process_pyg(cora_p1, factory, kwargs, mode):
+def test_p1_gradient_is_single_process_pyg(cora_p1, factory, kwargs, adjacency, mode):
     cfg, store, data = cora_p1
-    mcfg = custom(factory, MODELS if factory.startswith("pyg_models") else None, layers=2, kwargs=kwargs)
+    mcfg = custom(factory, MODELS if factory.startswith("pyg_models") else None, layers=2, kwargs=kwargs,
+                  adjacency=adjacency)
     cfg = cfg.model_copy(update={"model": mcfg, "training": cfg.training.model_copy(
         update={"mode": mode, "batch_size": 64, "fanouts": [5, 3]})})
     torch.manual_seed(0)
@@ -199,15 +202,16 @@ def whole_graph(store: ChunkStore) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return x, torch.cat([c.edge_index for c in chunks], 1), deg
 
 
-@pytest.mark.parametrize("factory,kwargs,layerwise", [
-    ("pyg_models:make_stack", {"conv": "gatv2"}, True),
-    ("pyg_models:make_stack", {"conv": "sage", "num_layers": 3}, True),
-    ("pyg_models:make_opaque", {"conv": "transformer"}, False),
-    ("pyg_models:GlobalGCN", {}, False),
+@pytest.mark.parametrize("factory,kwargs,layerwise,adjacency", [
+    ("pyg_models:make_stack", {"conv": "gatv2"}, True, "edge-index"),
+    ("pyg_models:make_stack", {"conv": "sage", "num_layers": 3}, True, "edge-index"),
+    ("pyg_models:make_stack", {"conv": "gin"}, True, "sparse"),
+    ("pyg_models:make_opaque", {"conv": "transformer"}, False, "edge-index"),
+    ("pyg_models:GlobalGCN", {}, False, "edge-index"),
 ])
-def test_predict_equals_the_single_process_reference(tmp_path, factory, kwargs, layerwise):
+def test_predict_equals_the_single_process_reference(tmp_path, factory, kwargs, layerwise, adjacency):
     cfg = small_store(tmp_path, num_nodes=700, chunks=4, features=12)
-    cfg = cfg.model_copy(update={"model": custom(factory, kwargs=kwargs)})
+    cfg = cfg.model_copy(update={"model": custom(factory, kwargs=kwargs, adjacency=adjacency)})
     store = ChunkStore(cfg.store_path)
     man = store.manifest
     torch.manual_seed(3)

@@ -163,6 +163,12 @@ class CustomModelConfig(Section):
         "x-kubernetes-preserve-unknown-fields": True,
         "description": "Keyword arguments of the factory (JSON values)."})] = Field(
         default_factory=dict, description="Keyword arguments of the factory (JSON values).")
+    adjacency: Literal["edge-index", "sparse"] = Field(
+        "edge-index", description="What the model's forward receives as edge_index: a [2, E] int64 "
+        "tensor (with the per-hop counts PyG's layer trimming uses), or 'sparse', the transposed "
+        "adjacency as a torch CSR matrix [N, N] (rows: targets), on which PyG's GCNConv, SAGEConv, "
+        "GINConv, GraphConv fuse gather and aggregation into one sparse product (no per-edge "
+        "message tensor; no trimming).")
     code_path: Optional[str] = Field(
         None, max_length=PATH_MAX,
         description="A .py file or a package folder holding the factory's module, put on the import "
@@ -180,8 +186,8 @@ class CustomModelConfig(Section):
     @model_validator(mode="after")
     def _kwargs_are_keywords(self) -> "CustomModelConfig":
         if self.factory is None:  # an empty section: no custom model
-            if self.kwargs or self.code_path:
-                raise ValueError("model.custom.kwargs and model.custom.codePath need "
+            if self.kwargs or self.code_path or self.adjacency != "edge-index":
+                raise ValueError("model.custom.kwargs, codePath and adjacency need "
                                  "model.custom.factory: name the function that returns the model")
             return self
         kw = self.kwargs

@@ -20,6 +20,10 @@ not set them (so `torch_geometric.nn.models:GraphSAGE` is a factory as it is). I
       nodes[0] = blocks[L-1].num_dst,  nodes[h] = blocks[L-h].num_src - blocks[L-h].num_dst
       edges[0] = |blocks[L-1]|,        edges[h] = |blocks[L-1-h]| - |blocks[L-h]|
   which is PyG's `trim_to_layer` contract: layer i drops the last i hops of rows and edges.
+- with `model.custom.adjacency: sparse`, `edge_index` is instead the same edges as a torch CSR
+  matrix adj_t [N, N] (row v: v's in-edges, value 1), PyG's transposed-adjacency input, on which
+  its GCN, SAGE, GIN and Graph convolutions fuse the gather and the sum into one sparse product
+  instead of an edges x width message tensor; no hop counts then (trimming needs an edge_index).
 - `global_degree` [N] int64, when the forward names it: each row's in-degree in the whole graph
   (self-loops excluded). PyG's `GCNConv` normalises with the degrees of the edge_index it is
   given, so on a partition a halo row counts degree 0 and a sampled row its sample; pass
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -91,6 +96,19 @@ def edge_index_of(block: Block) -> Tensor:
     return ei
 
 
+def adjacency_of(block: Block) -> Tensor:
+    """The block's transposed adjacency as a torch CSR matrix [num_src, num_src] (row v: v's
+    in-edges; rows past num_dst empty), cached with the block."""
+    adj = block.cache.get("adj_t")
+    if adj is None:
+        n, e = block.num_src, block.num_edges
+        crow = torch.cat([block.indptr, block.indptr.new_full((n - block.num_dst,), e)])
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            adj = block.cache["adj_t"] = torch.sparse_csr_tensor(crow, block.indices.long(), torch.ones(e), (n, n))
+    return adj
+
+
 def hop_counts(blocks: list[Block]) -> Optional[tuple[list[int], list[int]]]:
     """PyG's (num_sampled_nodes_per_hop, num_sampled_edges_per_hop) of nested blocks (each block's
     outputs the next one's inputs, its edges a prefix of the previous one's); None when the blocks
@@ -118,6 +136,7 @@ class CustomModel(nn.Module):
                                  "not a torch.nn.Module: return the model")
         self.net = net
         self.factory = spec.factory
+        self.sparse = spec.adjacency == "sparse"
         self.num_layers, self.num_features, self.num_classes = num_layers, num_features, num_classes
         self.code = code
         self._roots = roots
@@ -188,14 +207,14 @@ class CustomModel(nn.Module):
         if self.native:
             return self.net(x, blocks)
         first, rows = blocks[0], blocks[-1].num_dst
-        ei = edge_index_of(first)
+        ei = adjacency_of(first) if self.sparse else edge_index_of(first)
         kwargs: dict[str, Any] = {}
-        hops = hop_counts(blocks) if HOP_ARGS[0] in self._takes else None
+        hops = hop_counts(blocks) if HOP_ARGS[0] in self._takes and not self.sparse else None
         if hops is not None:
             kwargs.update(zip(HOP_ARGS, hops))
         if DEGREE_ARG in self._takes:
             kwargs[DEGREE_ARG] = first.deg.long()
-        what = f"the model's forward on {x.shape[0]:,} rows and {ei.shape[1]:,} edges{self.context}"
+        what = f"the model's forward on {x.shape[0]:,} rows and {first.num_edges:,} edges{self.context}"
         out = self._call(what, self.net, x, ei, **kwargs)
         return self._checked(out, rows, "the model's forward")
 
@@ -205,7 +224,8 @@ class CustomModel(nn.Module):
             return self.net.layer(i, h, block)
         kwargs = {DEGREE_ARG: block.deg.long()} if self._layer_takes_degree else {}
         out = self._call(f"inference_per_layer({i}) on {h.shape[0]:,} rows", self.net.inference_per_layer,
-                         i, h, edge_index_of(block), block.num_dst, **kwargs)
+                         i, h, adjacency_of(block) if self.sparse else edge_index_of(block), block.num_dst,
+                         **kwargs)
         if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] < block.num_dst:
             raise ModelCodeError(f"model.custom.factory {self.factory}: inference_per_layer({i}) returned "
                                  f"{tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}; "
