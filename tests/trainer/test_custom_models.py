@@ -331,6 +331,28 @@ def test_a_forward_that_fails_on_the_first_batch(tmp_path):
     assert f"{MODELS}, line" in line and "raise ValueError" in line and "worker" in line, line
 
 
+def test_a_rank_that_cannot_run_tells_the_group():
+    """A rank ending on a permanent error says so in the rendezvous store first: the ranks whose
+    collective then fails end with its code and line (on Kubernetes, where no launcher stops
+    them, the aggregator exits 3 too rather than 1, which the operator would restart)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from grappa.runtime.exit_codes import permanent_code
+    from grappa.runtime.group import Group, PeerCannotRun
+    master = dist.TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=10), wait_for_workers=False)
+    peer = dist.TCPStore("127.0.0.1", master.port, 2, False, timedelta(seconds=10))
+    aggregator, worker = Group(0, 2, master, 5.0), Group(1, 2, peer, 5.0)
+    assert aggregator.peer_cannot_run() is None
+    assert isinstance(aggregator.failure("step", RuntimeError("connection reset")), Exception)
+    err = ModelCodeError("model.custom.factory m:f: the model's forward failed: ValueError: no")
+    worker.cannot_run(permanent_code(err), str(err))
+    relayed = aggregator.failure("step all-reduce", RuntimeError("connection reset by peer"))
+    assert isinstance(relayed, PeerCannotRun) and relayed.exit_code == 3 and permanent_code(relayed) == 3
+    assert str(relayed) == f"worker 0 (rank 1): {err}"
+
+
 def test_a_model_that_breaks_grappas_check(tmp_path):
     res = _train(tmp_path, "--factory", "pyg_models:make_stack", "--code-path", str(MODELS),
                  "--set", "model.custom.kwargs={conv: nope}")

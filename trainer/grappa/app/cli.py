@@ -278,6 +278,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_STOPPED)
     except Exception as err:
+        code = getattr(err, "exit_code", None)  # another rank could not run (group.PeerCannotRun)
+        if code in (EXIT_CONFIG, EXIT_CANNOT_RUN):
+            report_error(err)
+            return code
         if isinstance(err, group_failed()):  # another rank died, froze or diverged: retryable
             report_error(err)
             return EXIT_CRASH

@@ -24,3 +24,15 @@ def group_failed() -> tuple[type[Exception], ...]:
     from grappa.runtime.group import GroupFailure
     from grappa.runtime.replica import ReplicaDiverged
     return GroupFailure, ReplicaDiverged
+
+
+def permanent_code(err: BaseException) -> int | None:
+    """2 or 3 when `err` means the job cannot run as configured (its own, or another rank's
+    relayed by group.PeerCannotRun), else None."""
+    from grappa.config import ConfigError
+    code = getattr(err, "exit_code", None)
+    if code in (EXIT_CONFIG, EXIT_CANNOT_RUN):
+        return code
+    if isinstance(err, ConfigError):
+        return EXIT_CONFIG
+    return EXIT_CANNOT_RUN if isinstance(err, cannot_run()) else None
