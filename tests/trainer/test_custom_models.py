@@ -262,7 +262,7 @@ def test_model_file_loads_in_a_fresh_process_from_its_code_path_and_not_without_
                                                       model.widths, man, code=model.code), model.state_dict())
     meta = torch.load(path, weights_only=False)
     assert meta["model"]["custom"] == {"factory": "my_gnn:make_stack", "kwargs": {"conv": "sage"},
-                                       "codePath": str(code)}
+                                       "adjacency": "edge-index", "codePath": str(code)}
     assert meta["code"]["module"] == "my_gnn" and len(meta["code"]["sha256"]) == 64
     # the user's class takes the state dict as it is (no prefix)
     assert set(meta["state_dict"]) == set(model.net.state_dict())
@@ -440,3 +440,67 @@ def test_pyg_graphsage_trains_as_our_sage_at_p4(data_root, tmp_path, dataset):
     b, _ = theirs.run()
     print(f"{dataset}: ours {a['test_acc']:.4f}, PyG {b['test_acc']:.4f}")
     assert a["test_acc"] > 0.5 and abs(a["test_acc"] - b["test_acc"]) <= 0.01, (a, b)
+
+
+# ---- the Python API's settings and the code identity of an installed package ----------------------
+
+def test_python_api_settings_and_factories(tmp_path, monkeypatch):
+    import grappa
+    monkeypatch.syspath_prepend(str(MODELS.parent))
+    import pyg_models
+    cfg = grappa.make_config({"training": {"epochs": 7}}, dataset="cora", partitions=3, mode="mini-batch",
+                             fanouts=[5, 5], training={"lr": 0.05}, set={"grappa.rounds.every": 4},
+                             model=pyg_models.make_stack, model_kwargs={"conv": "gin"}, run_dir=str(tmp_path))
+    assert (cfg.dataset.name, cfg.partitions, cfg.training.mode, cfg.training.fanouts) == ("cora", 3, "mini-batch", [5, 5])
+    assert cfg.training.lr == 0.05 and cfg.training.epochs == 7 and cfg.grappa.rounds.every == 4
+    assert cfg.run_dir == str(tmp_path)  # a section given as a mapping adds to the config's
+    assert cfg.model.custom.factory == "pyg_models:make_stack" and cfg.model.custom.code_path == str(MODELS)
+    assert cfg.model.custom.kwargs == {"conv": "gin"}
+    with pytest.raises(ConfigError, match="unknown setting colour"):
+        grappa.make_config(colour="blue")
+
+    def local_factory(in_channels, out_channels):
+        return torch.nn.Linear(in_channels, out_channels)
+    with pytest.raises(ModelCodeError, match="top level of a module"):
+        grappa.make_config(model=local_factory)
+    local_factory.__module__, local_factory.__qualname__ = "__main__", "local_factory"
+    with pytest.raises(ModelCodeError, match="put it in a .py file"):
+        grappa.make_config(model=local_factory)
+
+
+def test_an_installed_package_is_identified_by_its_version(tmp_path):
+    """A factory from an installed package (examples/byom, as the Dockerfile installs it) records
+    the distribution's version; a model file is refused where another version is installed."""
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
+    subprocess.run([*pip, str(site), str(REPO / "examples" / "byom")], check=True, capture_output=True, timeout=300)
+    env = {**ENV, "PYTHONPATH": f"{site}:{ENV['PYTHONPATH']}"}
+    cfg = small_store(tmp_path, num_nodes=300, chunks=2, features=8)
+    save = ("import sys, json, torch\n"
+            "from grappa.config import TrainConfig\n"
+            "from grappa.data.store.chunk_store import ChunkStore\n"
+            "from grappa.models.build import build_model\n"
+            "from grappa.models.model_file import describe, save_model\n"
+            "cfg = TrainConfig.model_validate_json(sys.argv[1])\n"
+            "man = ChunkStore(cfg.store_path).manifest\n"
+            "m = build_model(cfg.model, man['num_features'], man['num_classes'])\n"
+            "save_model(sys.argv[2], describe(cfg, man['num_features'], man['num_classes'], m.widths, man, code=m.code),"
+            " m.state_dict())\n"
+            "print(json.dumps(m.code))\n")
+    cfg = cfg.model_copy(update={"model": custom("my_models:transformer", code_path=None)})
+    made = subprocess.run([sys.executable, "-c", save, cfg.model_dump_json(), str(tmp_path / "model.pt")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    code = json.loads(made.stdout.strip().splitlines()[-1])
+    assert (code["module"], code["distribution"], code["version"]) == ("my_models", "my-models", "1.0.0")
+    ok = subprocess.run([sys.executable, "-c", LOAD, str(tmp_path / "model.pt")], env=env, capture_output=True,
+                        text=True, timeout=300)
+    assert ok.returncode == 0 and "Transformer" in ok.stdout, ok.stderr[-2000:]
+    dist_info = next(site.glob("my_models-1.0.0.dist-info"))
+    meta = dist_info / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 1.0.0", "Version: 1.1.0"))
+    dist_info.rename(site / "my_models-1.1.0.dist-info")
+    other = subprocess.run([sys.executable, "-c", LOAD, str(tmp_path / "model.pt")], env=env, capture_output=True,
+                           text=True, timeout=300)
+    msg = other.stderr.strip().splitlines()[-1]
+    assert other.returncode != 0 and "my-models 1.0.0" in msg and "install my-models==1.0.0" in msg, msg

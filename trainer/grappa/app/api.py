@@ -37,7 +37,7 @@ def make_config(config: ConfigLike = None, *, model: Union[str, Callable, None] 
         elif key == "fanouts":
             overrides["training.fanouts"] = list(value)
         elif key in TrainConfig.model_fields or any(f.alias == key for f in TrainConfig.model_fields.values()):
-            overrides[key] = value
+            _flatten(TrainConfig, key, value, overrides)
         else:
             raise ConfigError(f"grappa: unknown setting {key}=...: use a flag's name (e.g. epochs=, "
                               "dataset=), a field of TrainConfig, or set={'section.field': value}")
@@ -56,6 +56,18 @@ def make_config(config: ConfigLike = None, *, model: Union[str, Callable, None] 
     data = json.loads(config.model_dump_json(by_alias=True, exclude_none=True)) if isinstance(config, TrainConfig) \
         else dict(config or {})
     return config_with(data, overrides, "grappa.train settings")
+
+
+def _flatten(model, key: str, value: Any, out: dict[str, Any], prefix: str = "") -> None:
+    """A section given as a mapping becomes dotted fields, so it adds to the config's section
+    instead of replacing it (a free-form mapping such as kwargs stays whole)."""
+    from grappa.config import _field
+    name, sub = _field(model, key)
+    if sub is None or not isinstance(value, dict):
+        out[prefix + name] = value
+        return
+    for k, v in value.items():
+        _flatten(sub, k, v, out, f"{prefix}{name}.")
 
 
 def _factory_of(model: Union[str, Callable]) -> tuple[str, Optional[str]]:
