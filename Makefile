@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-inference bench-peer peer-env clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-inference bench-models bench-peer peer-env clean-data
 
 venv: $(VENV)/.ready
 
@@ -93,6 +93,12 @@ bench-scale: venv
 # docs/results/inference.md: grappa predict at P = 8 on RMAT-20/22/24 (resumes from its JSON file).
 bench-inference: venv
 	$(PY) bench/inference.py --scales 20,22,24 --partitions 8
+
+# docs/results/models.md: PyG's layers vs the built-in models under Grappa at P = 8, mini-batch
+# (resumes from models-runs.json; --force re-measures).
+bench-models: venv
+	$(PY) bench/models.py --datasets coauthor-physics --epochs 3 --eval-fraction 0.1 --profile
+	$(PY) bench/models.py --datasets rmat-20 --epochs 2 --max-steps 100 --eval-fraction 0.01 --profile
 
 # DistDGL's own environment (dgl 2.1.0, torch 2.1, numpy < 2), cached by its lock's hash like ours.
 peer-env:

@@ -243,6 +243,10 @@ SPEC_RULES = [
              ".training.fanouts"),
     cel.rule("!has(self.training.fanouts) || self.training.fanouts.all(f, f >= 1)",
              "training.fanouts must all be >= 1 (use a large number for 'all')", ".training.fanouts"),
+    cel.rule("self.strategy == 'grappa' || !has(self.model.custom) || !has(self.model.custom.factory)",
+             "model.custom trains with strategy grappa only: full, varco and retexo exchange or "
+             "train the built-in layers (model.arch) one by one; set strategy: grappa",
+             ".model.custom"),
     cel.rule("self.strategy == 'grappa' || self.training.mode == 'full-graph'",
              "strategies full, varco and retexo run in training.mode full-graph only: set "
              "training.mode: full-graph (or strategy: grappa for mini-batches)", ".training.mode"),

@@ -142,6 +142,11 @@ def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
     cfg.dataset.root = root if root.startswith("/") else posixpath.join(mount, root)
     if cfg.dataset.path and not cfg.dataset.path.startswith("/"):
         cfg.dataset.path = posixpath.join(mount, cfg.dataset.path)
+    custom = cfg.model.user_model
+    if custom is not None and custom.code_path and not custom.code_path.startswith("/"):
+        # a copy: cfg shares its sections with the spec
+        cfg.model = cfg.model.model_copy(update={"custom": custom.model_copy(
+            update={"code_path": posixpath.join(mount, custom.code_path)})})
     return cfg
 
 

@@ -61,6 +61,9 @@ CASES = [
      "training.fanouts", {"model": {"layers": 2}, "training": {"fanouts": [5, 5]}}),
     ("", "fanouts must all be >= 1", {"model": {"layers": 2}, "training": {"fanouts": [5, 0]}},
      "training.fanouts", {"model": {"layers": 2}, "training": {"fanouts": [5, 1]}}),
+    ("", "model.custom trains with strategy grappa only", {"strategy": "full", "model": {
+        "custom": {"factory": "my_models:make_model"}}}, "model.custom",
+     {"model": {"custom": {"factory": "my_models:make_model"}}}),
     ("", "full-graph only", {"strategy": "full", "training": {"mode": "mini-batch"}},
      "training.mode", {"strategy": "full", "training": {"mode": "full-graph"}}),
     ("", "one stage per layer", {"strategy": "retexo", "model": {"layers": 3}, "training": {"epochs": 2}},

@@ -14,6 +14,17 @@ one way, down this list (tests/trainer/test_layout.py checks it):
 | 1 | `data` | sources -> chunk store -> local graph -> blocks and sampler -> feature rows |
 | 0 | `config`, `util` | the one schema (`TrainConfig`, shared with the operator), plain helpers |
 
-Importing the package is cheap and torch-free (the operator imports `grappa.config`).
+Importing the package is cheap and torch-free (the operator imports `grappa.config`); the Python
+API (`grappa.train`, `grappa.predict`, `grappa.evaluate`: app/api.py, docs/api.md) loads on first use.
 """
-__version__ = "0.1.0"
+from grappa.util.version import __version__
+
+__all__ = ["__version__", "train", "predict", "evaluate", "TrainResult", "PredictResult"]
+_API = ("train", "predict", "evaluate", "TrainResult", "PredictResult", "make_config")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from grappa.app import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'grappa' has no attribute {name!r}")

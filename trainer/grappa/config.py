@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Annotated, Literal, Optional, get_args
+from typing import Annotated, Any, Literal, Optional, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
+)
 from pydantic.alias_generators import to_camel
 
 BUILTIN_DATASETS = (
@@ -22,6 +25,12 @@ OGB_DATASETS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + OGB_DATASETS + ("arrays", "file")
 
 STRATEGIES = ("grappa", "full", "varco", "retexo")
+# Why a strategy needs Grappa's own layers (a custom model trains with grappa only).
+STRATEGY_NEEDS = {
+    "full": "exchanges every layer's activations between workers",
+    "varco": "exchanges every layer's (compressed) activations between workers",
+    "retexo": "trains the model layer by layer, one stage per layer",
+}
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
 
 # Bounds on free-form strings and lists: the GrappaJob CRD compares these sections in CEL rules,
@@ -130,12 +139,122 @@ class PrepareConfig(Section):
                                        "CPUs this process may use, at most 4).")
 
 
+# A user's model: "package.module:function" (or a class), what `model.custom.factory` names.
+FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+# What Grappa passes to a factory itself (models/custom.py): a kwargs entry may not set them.
+FACTORY_ARGUMENTS = ("in_channels", "out_channels", "task", "mode")
+KWARGS_MAX = 64  # entries of model.custom.kwargs
+KWARGS_BYTES = 16384  # their JSON
+
+
+class CustomModelConfig(Section):
+    """A model the user writes (README, "Bring your own model"): a factory called as
+    `factory(in_channels=F, out_channels=C, **kwargs)` that returns a torch.nn.Module in PyG's
+    conventions, `forward(x, edge_index, ...)`. trainer/grappa/models/custom.py says what it gets."""
+
+    factory: Optional[str] = Field(
+        None, max_length=512, pattern=FACTORY_PATTERN,
+        description="'package.module:function' (or a class) returning the model, e.g. "
+                    "'my_models:make_model' or 'torch_geometric.nn.models:GraphSAGE'. It is called "
+                    "with in_channels and out_channels, the kwargs, and, when its signature names "
+                    "them and kwargs does not: num_layers (model.layers), hidden_channels "
+                    "(model.hidden), dropout (model.dropout), task and mode.")
+    kwargs: Annotated[dict[str, Any], WithJsonSchema({
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": "Keyword arguments of the factory (JSON values)."})] = Field(
+        default_factory=dict, description="Keyword arguments of the factory (JSON values).")
+    adjacency: Literal["edge-index", "sparse"] = Field(
+        "edge-index", description="What the model's forward receives as edge_index: a [2, E] int64 "
+        "tensor (with the per-hop counts PyG's layer trimming uses), or 'sparse', the transposed "
+        "adjacency as a torch CSR matrix [N, N] (rows: targets), on which PyG's GCNConv, SAGEConv, "
+        "GINConv, GraphConv fuse gather and aggregation into one sparse product (no per-edge "
+        "message tensor; no trimming).")
+    code_path: Optional[str] = Field(
+        None, max_length=PATH_MAX,
+        description="A .py file or a package folder holding the factory's module, put on the import "
+                    "path first (on Kubernetes: relative paths are under storage.mountPath). "
+                    "Default: the module is installed in the image.")
+
+    @field_validator("factory", mode="before")
+    @classmethod
+    def _factory_form(cls, value: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(FACTORY_PATTERN, value):
+            raise ValueError(f"model.custom.factory {value!r}: expected 'package.module:function' "
+                             "(a function or class of an importable module, e.g. my_models:make_model)")
+        return value
+
+    @model_validator(mode="after")
+    def _kwargs_are_keywords(self) -> "CustomModelConfig":
+        if self.factory is None:  # an empty section: no custom model
+            if self.kwargs or self.code_path or self.adjacency != "edge-index":
+                raise ValueError("model.custom.kwargs, codePath and adjacency need "
+                                 "model.custom.factory: name the function that returns the model")
+            return self
+        kw = self.kwargs
+        if len(kw) > KWARGS_MAX:
+            raise ValueError(f"model.custom.kwargs has {len(kw)} entries, at most {KWARGS_MAX}")
+        for key in kw:
+            if not str(key).isidentifier():
+                raise ValueError(f"model.custom.kwargs: {key!r} is not a Python keyword name")
+            if key in FACTORY_ARGUMENTS:
+                raise ValueError(f"model.custom.kwargs.{key} is set by Grappa (in_channels: the "
+                                 "feature width, out_channels: the class count, task, mode): remove it")
+        try:
+            text = json.dumps(kw)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"model.custom.kwargs must hold JSON values (numbers, strings, "
+                             f"booleans, lists, mappings): {err}") from None
+        if len(text) > KWARGS_BYTES:
+            raise ValueError(f"model.custom.kwargs is {len(text)} bytes of JSON, at most {KWARGS_BYTES}")
+        return self
+
+
 class ModelConfig(Section):
-    arch: Literal["gcn", "sage", "gat", "gin"] = Field("gcn", description="GNN layer type.")
+    arch: Literal["gcn", "sage", "gat", "gin"] = Field(
+        "gcn", description="GNN layer type of the built-in models (ignored with model.custom).")
     layers: int = Field(2, ge=1, le=16, description="Number of message-passing layers.")
     hidden: int = Field(128, ge=1, description="Hidden width.")
     dropout: float = Field(0.5, ge=0, lt=1, description="Dropout probability.")
     heads: int = Field(4, ge=1, description="Attention heads (GAT only).")
+    custom: Optional[CustomModelConfig] = Field(
+        None, description="Your own model (a PyG model from a factory) instead of model.arch; "
+                          "trains with strategy grappa, both modes.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layers_from_kwargs(cls, data: Any) -> Any:
+        """kwargs.num_layers is the model's depth: model.layers follows it when not given."""
+        if isinstance(data, dict) and isinstance(data.get("custom"), dict) and data["custom"].get("factory"):
+            depth = (data["custom"].get("kwargs") or {}).get("num_layers")
+            if isinstance(depth, int) and not isinstance(depth, bool) and "layers" not in data:
+                data = {**data, "layers": depth}
+        return data
+
+    @property
+    def user_model(self) -> Optional[CustomModelConfig]:
+        """model.custom when it names a factory (a section without one is no custom model)."""
+        return self.custom if self.custom is not None and self.custom.factory else None
+
+    @model_validator(mode="after")
+    def _custom_fits(self) -> "ModelConfig":
+        if self.user_model is None:
+            return self
+        depth = self.custom.kwargs.get("num_layers")
+        if depth is not None and depth != self.layers:
+            raise ValueError(f"model.custom.kwargs.num_layers ({depth}) differs from model.layers "
+                             f"({self.layers}), the depth Grappa samples: keep one of them")
+        default = ModelConfig()
+        for name in ("arch", "heads"):
+            if getattr(self, name) != getattr(default, name):
+                raise ValueError(f"model.{name} applies to the built-in models, not to model.custom "
+                                 f"(factory {self.custom.factory}): remove it, or pass it in "
+                                 "model.custom.kwargs")
+        return self
+
+    @property
+    def name(self) -> str:
+        """What the model is called in messages: the factory, or the built-in architecture."""
+        return self.custom.factory if self.user_model else self.arch
 
 
 class TrainingConfig(Section):
@@ -254,6 +373,12 @@ class TrainConfig(Section):
             raise ValueError(
                 f"grappa.chunks ({chunks}) must be >= partitions ({self.partitions}): "
                 "every worker needs its own base chunk")
+        if self.strategy != "grappa" and self.model.user_model is not None:
+            raise ValueError(
+                f"strategy {self.strategy!r} cannot train model.custom (factory "
+                f"{self.model.custom.factory}): it {STRATEGY_NEEDS[self.strategy]}, which needs the "
+                "built-in layers (model.arch). A custom model trains with strategy grappa "
+                "(full-graph or mini-batch): set strategy: grappa")
         if self.strategy != "grappa":
             self._check_strategy_settings()
         if self.strategy != "varco" and self.varco != VarcoConfig():
@@ -428,6 +553,11 @@ def load_config(path: Optional[str] = None, overrides: Optional[dict] = None) ->
         source = "$GRAPPA_CONFIG"
         if not isinstance(data, dict):
             raise ConfigError("$GRAPPA_CONFIG: expected a JSON object; recreate the job")
+    return config_with(data, overrides, source)
+
+
+def config_with(data: dict, overrides: Optional[dict] = None, source: str = "config") -> TrainConfig:
+    """`data` (either spelling) with dotted overrides on top, validated."""
     data = canonical(data, TrainConfig)
     for dotted, value in (overrides or {}).items():
         node, model = data, TrainConfig

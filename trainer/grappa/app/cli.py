@@ -40,6 +40,10 @@ FLAGS = {
     "feature_dtype": ("dataset.feature_dtype", str), "block_edges": ("prepare.block_edges", int),
     "prepare_workers": ("prepare.workers", int),
 }
+# Where a custom model's code is: model.custom.codePath for training, the model file's code for
+# predict / evaluate (a flag of its own, since those commands take no model section).
+CODE_PATH_HELP = ("a .py file or package folder holding the model's module (model.custom.codePath; "
+                  "predict/evaluate: where the model file's code is now)")
 
 
 def add_config_flags(p: argparse.ArgumentParser, only: Optional[tuple[str, ...]] = None,
@@ -58,6 +62,9 @@ def add_config_flags(p: argparse.ArgumentParser, only: Optional[tuple[str, ...]]
             p.add_argument(flag, type=typ, help=text)
     if only is None:
         p.add_argument("--fanouts", help="comma-separated fanouts, input layer first (training.fanouts)")
+        p.add_argument("--factory", help="your own model: 'package.module:function' returning a PyG "
+                                         "model (model.custom.factory; README, \"Bring your own model\")")
+    p.add_argument("--code-path", help=CODE_PATH_HELP)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any config field, dotted (e.g. --set dataset.synthetic.num_nodes=20000)")
 
@@ -68,6 +75,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         value = getattr(args, name, None)
         if value is not None:
             overrides[field] = value
+    if getattr(args, "command", None) not in INFERENCE_COMMANDS:
+        for flag, field in (("factory", "model.custom.factory"), ("code_path", "model.custom.code_path")):
+            if getattr(args, flag, None):
+                overrides[field] = getattr(args, flag)
     if getattr(args, "fanouts", None):
         try:
             overrides["training.fanouts"] = [int(v) for v in args.fanouts.split(",")]
@@ -116,13 +127,35 @@ def setup_logging() -> None:
         torch.set_num_threads(int(threads))
 
 
+def check_model(cfg: TrainConfig, manifest: dict) -> None:
+    """A custom model imports, builds and runs a forward and backward on a small graph, before
+    any worker starts (ModelCodeError, exit 3, names the factory and the user's line)."""
+    if cfg.model.user_model is None:
+        return
+    import torch
+
+    from grappa.models.build import build_model
+    from grappa.models.custom import smoke_test
+    from grappa.models.params import num_params
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.training.seed)
+        model = build_model(cfg.model, manifest["num_features"], manifest["num_classes"], cfg.training.mode)
+    smoke_test(model, cfg.training.mode)
+    how = "layer by layer" if model.layerwise else f"on full {model.num_layers}-hop neighbourhoods"
+    print(f"grappa: model {cfg.model.custom.factory}: {num_params(model):,} parameters, runs on a small "
+          f"graph; exact inference {how}", file=sys.stderr)
+
+
 def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     from grappa.data.store.preparation import TRAINING, prepare_store
+    check_model_imports(cfg)  # seconds, before a graph that may take long
     purpose = TRAINING
     if os.environ.get("GRAPPA_PREDICT"):  # a predict job's prepare pod: a graph for inference
         from grappa.inference.pod import prepare_purpose
         purpose = prepare_purpose()
     manifest = prepare_store(cfg, progress=True, reprepare=reprepare, purpose=purpose)
+    if purpose == TRAINING:
+        check_model(cfg, manifest)
     print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
           f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
     run = manifest.get("prepare")
@@ -167,19 +200,29 @@ def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
     from grappa.data.store.preparation import prepare_store
     from grappa.runtime.local_job import LaunchError, LocalJob
     print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
-    prepare_store(cfg, progress=True, reprepare=reprepare)
+    check_model_imports(cfg)
+    manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
+    check_model(cfg, manifest)
     method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
               if cfg.strategy == "grappa" else f"strategy {cfg.strategy}, fixed partitions")
-    print(f"grappa: training {cfg.model.arch.upper()} x{cfg.model.layers} on {cfg.dataset.name} "
+    print(f"grappa: training {cfg.model.name if cfg.model.user_model else cfg.model.arch.upper()} "
+          f"x{cfg.model.layers} on {cfg.dataset.name} "
           f"with P={cfg.partitions} workers ({cfg.training.mode}, {method}); logs in {cfg.run_dir}/logs",
           file=sys.stderr)
     try:
         report = LocalJob(cfg).run()
     except LaunchError as err:
         report_error(err)
-        return 1
+        return err.code
     print_result(report["result"], report, cfg.run_dir)
     return 0
+
+
+def check_model_imports(cfg: TrainConfig) -> None:
+    """A custom model's factory imports (before a large graph is prepared)."""
+    if cfg.model.user_model is not None:
+        from grappa.models.user_code import load_factory
+        load_factory(cfg.model.custom.factory, cfg.model.custom.code_path)
 
 
 def print_result(result: dict, report: dict, run_dir: str) -> None:

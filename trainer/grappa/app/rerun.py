@@ -24,7 +24,7 @@ from grappa.config import ConfigError, TrainConfig, dump_config
 
 # Wire names (camelCase, dotted) that never change what a run computes.
 PLACE_ONLY = ("runDir", "storeDir", "metricsPort", "dataset.root", "dataset.download", "prepare",
-              "checkpoint")
+              "checkpoint", "model.custom.codePath")  # the code's identity is checked at resume
 # What `start_over` removes: everything a run writes into its directory except the chunk store,
 # which prepare keys by the dataset itself; the model's default predict/evaluate outputs go with
 # the model they came from (only when they hold nothing but those outputs).

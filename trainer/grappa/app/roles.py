@@ -64,7 +64,11 @@ def run_aggregator(cfg: TrainConfig) -> dict:
         cls = StagedAggregator if strategy_class(cfg.strategy).trains_in_stages else Aggregator
         agg = cls(cfg, link, rounds, sink, metrics=_metrics(cfg, 0))
         agg.stop = watch
-        result = train_or_save(agg, watch)
+        try:
+            result = train_or_save(agg, watch)
+        except Exception as err:
+            tell_group_cannot_run(link, err)
+            raise
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
                      extra={"parameters": agg.n_params, "workers": cfg.partitions, "command": "train"})
         return result
@@ -110,5 +114,18 @@ def run_worker(cfg: TrainConfig) -> None:
         w = cls(cfg, link)
         w.metrics = _metrics(cfg, link.rank)
         w.run()
+    except Exception as err:
+        tell_group_cannot_run(link, err)
+        raise
     finally:
         link.close()
+
+
+def tell_group_cannot_run(link, err: BaseException) -> None:
+    """A permanent error (bad model code, a config that cannot run) ends this rank: say so in the
+    group's store first, so the other ranks end with the same code and line (group.PeerCannotRun)
+    instead of a group failure that looks worth a restart."""
+    from grappa.runtime.exit_codes import permanent_code
+    code = permanent_code(err)
+    if code is not None and getattr(err, "exit_code", None) is None and link.group is not None:
+        link.group.cannot_run(code, str(err).splitlines()[0] if str(err) else type(err).__name__)

@@ -115,7 +115,8 @@ def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate:
 
 def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *, predict: bool,
             evaluate: bool, scores: bool = False, embed: Optional[int] = None,
-            embed_dtype: str = "float16", block_edges: Optional[int] = None):
+            embed_dtype: str = "float16", block_edges: Optional[int] = None,
+            code_path: Optional[str] = None):
     """The job after every check that needs no worker: the model fits the graph, the layer and
     the worker count exist."""
     from grappa.config import ConfigError
@@ -124,7 +125,11 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     from grappa.models.model_file import store_fingerprint
     man = store.manifest
     check_fit(model, meta, man, store.path, evaluate)
-    layers = int(meta["model"]["layers"])
+    layers = len(meta["widths"])  # passes of exact inference: the layers, or 1 (custom.py)
+    if embed is not None and layers < int(meta["model"]["layers"]):
+        raise ConfigError(f"model {model} ({meta['model']['custom']['factory']}) does not expose its "
+                          "layers (an inference_per_layer method, as PyG's BasicGNN has), so only its "
+                          "output is computed: drop --embeddings, or add inference_per_layer to the model")
     if embed is not None:
         embed = embed or max(1, layers - 1)
         if not 1 <= embed <= layers:
@@ -138,7 +143,8 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     return PredictJob(model=str(Path(model).resolve()), model_sha256=sha, store=str(store.path.resolve()),
                       store_fingerprint=store_fingerprint(man), out=str(out.resolve()), workers=workers,
                       predict=predict, scores=scores, embed_layer=embed, embed_dtype=embed_dtype,
-                      evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES)
+                      evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES,
+                      code_path=str(Path(code_path).resolve()) if code_path else None)
 
 
 def resolve_graph(args: argparse.Namespace, cfg, meta: dict, out: Path, scores_splits: bool):
@@ -169,16 +175,22 @@ def output_folder(command: str, args: argparse.Namespace) -> Path:
 def build_job(command: str, args: argparse.Namespace, cfg, out: Path):
     from grappa.models.model_file import read_meta
     meta, _ = read_meta(args.model)
+    if (meta.get("model") or {}).get("custom"):  # its code is here and unchanged, before any worker
+        from grappa.models.model_file import load_model
+        load_model(args.model, args.code_path)
     predict = command == "predict"
     evaluate = not predict or bool(args.evaluate)
     graph = resolve_graph(args, cfg, meta, out, scores_splits=evaluate)
     job = new_job(args.model, meta, graph.store, out, args.partitions, predict=predict, evaluate=evaluate,
                   scores=bool(getattr(args, "scores", False)), embed=getattr(args, "embeddings", None),
-                  embed_dtype=getattr(args, "embedding_dtype", "float16"), block_edges=args.edges_per_block)
-    return job, int(graph.store.manifest["num_nodes"]), int(meta["model"]["layers"])
+                  embed_dtype=getattr(args, "embedding_dtype", "float16"), block_edges=args.edges_per_block,
+                  code_path=args.code_path)
+    return job, int(graph.store.manifest["num_nodes"]), len(meta["widths"])
 
 
-def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
+def infer(command: str, cfg, args: argparse.Namespace) -> tuple[Path, dict]:
+    """The output folder and its manifest, by the rules of every writing command: the folder is
+    new, empty or this command's own; the same finished job is not run again."""
     from grappa.inference.out_folder import claim, previous
     from grappa.util.files import ensure_writable, removed_if_left_empty
     _check_graph_flags(args)
@@ -191,11 +203,15 @@ def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
         if done is not None:
             print(f"grappa: {out} holds this {command}'s finished outputs (the same model, graph and "
                   "outputs asked for): nothing to do; add --start-over to compute them again", file=sys.stderr)
-            print_summary(done, out)
-            return 0
+            return out, done
         from grappa.inference.local_predict import run_local
         path = run_local(job, num_nodes, layers, progress=not args.quiet)
-    print_summary(json.loads(path.read_text()), out)
+    return out, json.loads(path.read_text())
+
+
+def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
+    out, manifest = infer(command, cfg, args)
+    print_summary(manifest, out)
     return 0
 
 

@@ -33,6 +33,7 @@ class PredictJob:
     evaluate: bool = False         # score the store's splits (evaluation.json)
     block_edges: int = DEFAULT_BLOCK_EDGES
     block_rows: int = 1 << 16      # output rows assembled at a time
+    code_path: Optional[str] = None  # a custom model's code, when not where it was trained from
 
     @property
     def scratch(self) -> Path:

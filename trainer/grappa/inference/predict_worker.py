@@ -54,7 +54,7 @@ def compute_layers(job: PredictJob, model, g: StoreGraph, rank: int, status: Sta
     K, scratch = g.store.num_chunks, job.scratch
     mine = base_chunks(rank, job.workers, K)
     sizes = {k: int(g.store.manifest["chunks"][k]["nodes"]) for k in mine}
-    for l in range(len(model.layers)):
+    for l in range(model.passes):
         todo = [k for k in mine if not layer_file(scratch, l + 1, k).exists()]
         status.update(phase="layer", layer=l + 1, rows=sum(sizes.values()) - sum(sizes[k] for k in todo),
                       rows_total=sum(sizes.values()), force=True)
@@ -76,7 +76,7 @@ def split_sums(model, g: StoreGraph, scratch: Path, chunks: list[int], block_row
     """Loss sum, correct and count per split over the labelled nodes of `chunks`, a block of
     rows at a time."""
     from grappa.tasks.node_classification import split_stats
-    last = LayerRows(scratch, len(model.layers))
+    last = LayerRows(scratch, model.passes)
     total = torch.zeros(9, dtype=torch.float64)
     for k in chunks:
         n = int(g.store.manifest["chunks"][k]["nodes"])
@@ -92,11 +92,11 @@ def split_sums(model, g: StoreGraph, scratch: Path, chunks: list[int], block_row
 
 
 def run_worker(job: PredictJob, rank: int) -> None:
-    loaded = load_model(job.model)
+    loaded = load_model(job.model, job.code_path)
     model = loaded.model
     store = ChunkStore(job.store)
     g = StoreGraph(store)
-    scratch, L, K = job.scratch, len(model.layers), store.num_chunks
+    scratch, L, K = job.scratch, model.passes, store.num_chunks
     status = Status(scratch, rank)
     compute_layers(job, model, g, rank, status)
     wait_until(lambda: layer_complete(scratch, L, range(K)), "the last layer")

@@ -32,10 +32,13 @@ def make_layer(cfg: ModelConfig, in_dim: int, out_dim: int, last: bool) -> tuple
 
 
 class GNN(nn.Module):
+    layerwise = True  # exact inference runs one layer at a time (models/layerwise.py)
+
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int):
         super().__init__()
         self.arch = cfg.arch
         self.dropout = cfg.dropout
+        self.num_layers = cfg.layers
         self.layers = nn.ModuleList()
         dim = in_dim
         for i in range(cfg.layers):
@@ -62,6 +65,11 @@ class GNN(nn.Module):
     def widths(self) -> list[int]:
         """Output width of each layer (what an exchange between layers carries per node)."""
         return [layer.out_dim for layer in self.layers]
+
+    @property
+    def passes(self) -> int:
+        """Stages of exact inference: one per layer."""
+        return self.num_layers
 
     def layer(self, i: int, h: Tensor, block: Block) -> Tensor:
         if i > 0:

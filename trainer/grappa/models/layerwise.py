@@ -1,5 +1,9 @@
 """One layer of exact inference over a chunk's rows, a bounded block of rows at a time.
 
+(A model that does not expose its layers, custom.py, has one pass instead: the whole model on
+the full L-hop in-neighbourhood of each block of rows, `khop_inputs`, whose edges grow as the
+mean degree to the power L - 1: the blocks are that much smaller.)
+
 For rows a..b of chunk k the block's inputs are those rows and every in-neighbour (the store
 holds all in-edges of a chunk's nodes), read from the previous layer's rows: the store's features
 for the first layer, the per-chunk row files after that. Memory per block is its edges and input
@@ -118,10 +122,44 @@ def block_inputs(g: StoreGraph, source: RowSource, width: int, k: int, a: int, b
     return torch.from_numpy(h), block
 
 
+def khop_inputs(g: StoreGraph, sampler, ids: np.ndarray) -> tuple[Tensor, list[Block]]:
+    """(input rows, blocks) of the whole L-hop in-neighbourhood of the global `ids`: every
+    in-edge of every hop (sampler: a StoreSampler with fanouts -1)."""
+    sub = sampler.sample(torch.from_numpy(ids.astype(np.int64)), torch.Generator())
+    n_id = sub.n_id.numpy()
+    order = np.argsort(n_id, kind="stable")
+    h, deg = np.empty((n_id.size, g.width), dtype=np.float32), np.empty(n_id.size, dtype=np.int64)
+    hs, ds = np.empty_like(h), np.empty_like(deg)
+    gather(g, g, n_id[order], hs, ds)
+    h[order], deg[order] = hs, ds
+    g.bytes_read += sub.edge_index.shape[1] * 8
+    return torch.from_numpy(h), sub.blocks(torch.from_numpy(deg))
+
+
+def khop_rows(g: StoreGraph, layers: int, block_edges: int) -> int:
+    """In-edges per block of rows such that the L-hop neighbourhood holds about `block_edges`
+    edges at the graph's mean in-degree (a hub's neighbourhood can hold more)."""
+    man = g.store.manifest
+    mean = max(1.0, float(man["num_edges"]) / max(1, int(man["num_nodes"])))
+    return max(1, int(block_edges / mean ** (layers - 1)))
+
+
 @torch.no_grad()
 def compute_chunk(model: GNN, layer: int, g: StoreGraph, source: RowSource, k: int,
                   block_edges: int, sink: Callable[[int, int, Tensor], None]) -> None:
-    """Layer `layer` (0-based) of every row of chunk k, block by block, handed to `sink(a, b, out)`."""
+    """Pass `layer` (0-based) of every row of chunk k, block by block, handed to `sink(a, b, out)`:
+    one layer of a layer-wise model, or the whole of another (its only pass, on each block's
+    full L-hop in-neighbourhood)."""
+    if not model.layerwise:
+        from grappa.data.sampling.store_sampler import StoreSampler
+        sampler = StoreSampler(g.store, [-1] * model.num_layers)
+        nodes, indptr = g.array(k, "nodes.npy"), g.array(k, "indptr.npy")
+        for a, b in row_blocks(indptr, khop_rows(g, model.num_layers, block_edges)):
+            h, blocks = khop_inputs(g, sampler, np.asarray(nodes[a:b]))
+            sink(a, b, model(h, blocks))
+            del h, blocks
+            g.release()
+        return
     width = g.width if layer == 0 else model.widths[layer - 1]
     indptr = g.array(k, "indptr.npy")
     for a, b in row_blocks(indptr, block_edges):

@@ -44,16 +44,19 @@ def store_fingerprint(manifest: dict) -> str:
 
 
 def describe(cfg, num_features: int, num_classes: int, widths: list[int],
-             manifest: Optional[dict] = None) -> dict[str, Any]:
+             manifest: Optional[dict] = None, code: Optional[dict] = None) -> dict[str, Any]:
     """Everything but the parameters. `manifest`: the chunk store's (None for `grappa single`,
-    which trains on the dataset in memory)."""
-    from grappa import __version__
+    which trains on the dataset in memory); `code`: a custom model's code identity
+    (user_code.code_identity)."""
+    from grappa.util.version import __version__
     from grappa.data.store.preparation import store_source
     m = cfg.model
     return {
         "format": FORMAT, "version": VERSION, "grappa_version": __version__,
         "model": {"arch": m.arch, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
-                  "dropout": m.dropout},
+                  "dropout": m.dropout,
+                  **({"custom": _custom_record(m.custom)} if m.user_model else {})},
+        **({"code": code, "mode": cfg.training.mode} if m.user_model else {}),
         "widths": list(widths), "num_features": int(num_features), "num_classes": int(num_classes),
         "feature_dtype": manifest["feature_dtype"] if manifest else "float32",
         "strategy": cfg.strategy if manifest else "single",
@@ -94,6 +97,14 @@ def store_locations(model_path: str | Path, meta: dict) -> list[Path]:
     for p in out:
         unique.setdefault(os.path.normpath(os.path.abspath(p)), p)
     return [Path(k) for k in unique]
+
+
+def _custom_record(custom) -> dict[str, Any]:
+    """model.custom with its codePath absolute (a model file is read from anywhere)."""
+    rec = custom.model_dump(by_alias=True, exclude_none=True)
+    if custom.code_path:
+        rec["codePath"] = str(Path(custom.code_path).expanduser().resolve())
+    return rec
 
 
 def model_record(meta: dict, state_dict: dict) -> dict[str, Any]:
@@ -175,12 +186,18 @@ def read_meta(path: str | Path) -> tuple[dict, dict]:
     return rec, state
 
 
-def load_model(path: str | Path) -> LoadedModel:
-    """The model of a model file or checkpoint, rebuilt from its description, in eval mode."""
+def load_model(path: str | Path, code_path: Optional[str] = None) -> LoadedModel:
+    """The model of a model file or checkpoint, rebuilt from its description, in eval mode.
+    A custom model's code is imported from `code_path`, else $GRAPPA_CODE_PATH, else the path it
+    was trained from, and must be the code it was trained with (user_code.check_identity)."""
     from grappa.config import ModelConfig
     from grappa.models import GNN
     meta, state = read_meta(path)
-    model = GNN(ModelConfig(**meta["model"]), int(meta["num_features"]), int(meta["num_classes"]))
+    cfg = ModelConfig(**meta["model"])
+    if cfg.user_model is not None:
+        model = _load_custom(Path(path), meta, cfg, code_path)
+    else:
+        model = GNN(cfg, int(meta["num_features"]), int(meta["num_classes"]))
     try:
         model.load_state_dict(state)
     except RuntimeError as err:
@@ -188,6 +205,31 @@ def load_model(path: str | Path) -> LoadedModel:
                              f"({err}); the file is damaged: use another checkpoint") from None
     model.eval()
     return LoadedModel(Path(path), meta, model)
+
+
+def _load_custom(path: Path, meta: dict, cfg, code_path: Optional[str]):
+    """The user's model of a model file, from the code it was trained with."""
+    from grappa.models.custom import build_custom
+    from grappa.models.user_code import ModelCodeError, check_identity, environment_code_path
+    rec = meta.get("code") or {}
+    given = code_path or environment_code_path()
+    trained_from = cfg.custom.code_path
+    how = ("at that path, or pass its file or package folder with --code-path (a predict job: "
+           "$GRAPPA_CODE_PATH in spec.worker.env and spec.aggregator.env)")
+    source = f"module {rec.get('module', cfg.custom.factory)}" + (
+        f" (sha256 {rec['sha256'][:12]}...)" if rec.get("sha256") and not rec.get("version") else
+        f" ({rec['distribution']} {rec['version']})" if rec.get("version") else "")
+    if not given and trained_from and not Path(trained_from).exists():
+        raise ModelCodeError(
+            f"model file {path} needs the code of its model, {source}, factory {cfg.custom.factory}, "
+            f"trained from {trained_from}, which is not here: put that file back {how}")
+    try:
+        model = build_custom(cfg, int(meta["num_features"]), int(meta["num_classes"]),
+                             meta.get("mode", "full-graph"), given)
+    except ModelCodeError as err:
+        raise ModelCodeError(f"model file {path} needs {source}: {err}") from None
+    check_identity(rec, model.code, f"model file {path}", how)
+    return model
 
 
 def convert(old: Path, config: Path, out: Path) -> Path:

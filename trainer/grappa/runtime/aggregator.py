@@ -20,7 +20,7 @@ import torch
 
 from grappa.config import TrainConfig, dump_config
 from grappa.data.store.chunk_store import ChunkStore
-from grappa.models import GNN
+from grappa.models.build import build_model
 from grappa.models.model_file import describe as describe_model
 from grappa.models.model_file import located, save_model
 from grappa.models.params import flat_state, num_buffer_values, num_params
@@ -50,7 +50,8 @@ class Aggregator:
         self.workers = list(range(1, link.world_size))
         self.manifest = ChunkStore(cfg.store_path).manifest
         torch.manual_seed(cfg.training.seed)
-        self.model = GNN(cfg.model, self.manifest["num_features"], self.manifest["num_classes"])
+        self.model = build_model(cfg.model, self.manifest["num_features"], self.manifest["num_classes"],
+                                 cfg.training.mode)
         self.optimizer = make_optimizer(cfg, self.model)
         self.exchange = StepExchange(link, self.model, self.optimizer)
         self.n_params = num_params(self.model)
@@ -156,7 +157,7 @@ class Aggregator:
         """Exact layer-wise inference: after each hidden layer, a barrier (every worker has
         written its rows; one element each way). Sampled evaluation: the workers' stats only."""
         if not self.cfg.sampled_eval:
-            for _ in range(len(self.model.widths) - 1):
+            for _ in range(self.model.passes - 1):
                 self.link.recv_many([(torch.empty(1), r) for r in self.workers], "eval")
                 self.link.send_many([(torch.zeros(1), r) for r in self.workers], "eval")
         return self.receive_eval_stats()
@@ -185,7 +186,7 @@ class Aggregator:
         """What rebuilds the model without the run's config (model_file.py)."""
         man = self.manifest
         return describe_model(self.cfg, man["num_features"], man["num_classes"],
-                              getattr(self.model, "widths", []), man)
+                              getattr(self.model, "widths", []), man, code=getattr(self.model, "code", None))
 
     def resume(self) -> tuple[int, RoundDecision]:
         fresh = RoundDecision(0, round_seed(self.cfg.grappa.partition_seed, 0), 0)
@@ -193,6 +194,12 @@ class Aggregator:
         if path is None:
             return 0, fresh
         ck = load_checkpoint(path)
+        recorded = (ck.get("describe") or {}).get("code")
+        if recorded and getattr(self.model, "code", None):
+            from grappa.models.user_code import check_identity
+            check_identity(recorded, self.model.code, f"checkpoint {path}",
+                           "to resume it, or start over (grappa train --start-over; on Kubernetes "
+                           "a new GrappaJob)")
         self.model.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.best, self.history = ck["best"], ck["history"]

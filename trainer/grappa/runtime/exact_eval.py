@@ -43,7 +43,7 @@ class LayerwiseEvaluation:
         """The evaluation stats message (protocol.py) over this worker's nodes: the logits are
         scored block by block and never written."""
         from grappa.tasks.node_classification import split_stats
-        layer = len(model.layers) - 1
+        layer = model.passes - 1
         source = self._source(layer)
         stats = torch.zeros(9, dtype=torch.float64)
         codes = (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST)

@@ -4,8 +4,8 @@ shared by the command line and the predict pods).
 
 0 success; 1 EXIT_CRASH (`group_failed()`: another rank died, froze or diverged; retryable, a
 restart resumes); 2 EXIT_CONFIG (a configuration or model file a user wrote is wrong);
-3 EXIT_CANNOT_RUN (`cannot_run()`: this job cannot run with this data or these folders;
-permanent); 143 EXIT_STOPPED (stop.py: SIGTERM, the last completed epoch saved).
+3 EXIT_CANNOT_RUN (`cannot_run()`: this job cannot run with this data, these folders or this
+model code; permanent); 143 EXIT_STOPPED (stop.py: SIGTERM, the last completed epoch saved).
 Torch-free at import: the error classes are looked up only when an error needs sorting, so a
 configuration mistake is reported before torch loads.
 """
@@ -22,8 +22,9 @@ TERMINATION_LOG_BYTES = 4096  # what the kubelet keeps of the message
 
 def cannot_run() -> tuple[type[Exception], ...]:
     from grappa.data.errors import ChunkStoreError, DatasetError
+    from grappa.models.user_code import ModelCodeError
     from grappa.util.files import OutputDirError
-    return ChunkStoreError, DatasetError, OutputDirError
+    return ChunkStoreError, DatasetError, OutputDirError, ModelCodeError
 
 
 def group_failed() -> tuple[type[Exception], ...]:
@@ -38,14 +39,26 @@ def group_failed() -> tuple[type[Exception], ...]:
 def exit_code(err: BaseException) -> Optional[int]:
     """The exit code of an error a user can act on from its message; None for a crash (a bug:
     its traceback is what helps)."""
-    from grappa.config import ConfigError
-    if isinstance(err, ConfigError):
-        return EXIT_CONFIG
+    permanent = permanent_code(err)
+    if permanent is not None:
+        return permanent
     if isinstance(err, group_failed()):
         return EXIT_CRASH
     if isinstance(err, cannot_run()):
         return EXIT_CANNOT_RUN
     return None
+
+
+def permanent_code(err: BaseException) -> int | None:
+    """2 or 3 when `err` means the job cannot run as configured (its own, or another rank's
+    relayed by group.PeerCannotRun), else None."""
+    from grappa.config import ConfigError
+    code = getattr(err, "exit_code", None)
+    if code in (EXIT_CONFIG, EXIT_CANNOT_RUN):
+        return code
+    if isinstance(err, ConfigError):
+        return EXIT_CONFIG
+    return EXIT_CANNOT_RUN if isinstance(err, cannot_run()) else None
 
 
 def report_error(err: BaseException) -> None:

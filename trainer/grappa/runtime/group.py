@@ -65,6 +65,16 @@ class GroupFailure(RuntimeError):
         super().__init__(msg)
 
 
+class PeerCannotRun(RuntimeError):
+    """Another rank ended on a permanent error (exit 2 or 3: its configuration or its model code
+    cannot run); this rank ends with the same code and line, so the job's every failed process says
+    why and none looks like a crash worth a restart."""
+
+    def __init__(self, rank: int, code: int, line: str):
+        super().__init__(f"{rank_name(rank)}: {line}")
+        self.rank, self.exit_code = rank, code
+
+
 class Group:
     """This rank's membership: joins the gloo group and keeps its heartbeat going."""
 
@@ -119,6 +129,26 @@ class Group:
         except Exception:
             pass
 
+    def cannot_run(self, code: int, line: str) -> None:
+        """This rank ends on a permanent error: tell the others before leaving (failure())."""
+        try:
+            if self.store is not None:
+                self.store.set(f"grappa/cannot-run/{self.rank}", f"{code} {line}")
+        except Exception:
+            pass
+        self.leaving("cannot run")
+
+    def peer_cannot_run(self) -> Optional[PeerCannotRun]:
+        """The first other rank that said it cannot run, if any."""
+        try:
+            for r in range(self.world_size):
+                if r != self.rank and self.store is not None and self.store.check([f"grappa/cannot-run/{r}"]):
+                    code, _, line = self.store.get(f"grappa/cannot-run/{r}").decode().partition(" ")
+                    return PeerCannotRun(r, int(code), line)
+        except Exception:
+            return None
+        return None
+
     def silent_ranks(self) -> Optional[list[int]]:
         """The other ranks whose heartbeat stopped and that did not leave on purpose; None if the
         store (the aggregator) cannot be reached."""
@@ -137,9 +167,14 @@ class Group:
     def _count(self, rank: int) -> int:
         return int(self.store.add(f"grappa/beat/{rank}", 0))
 
-    def failure(self, what: str, err: BaseException) -> GroupFailure:
-        """The error to raise for a failed collective: which ranks went silent."""
-        silent = self.silent_ranks()
+    def failure(self, what: str, err: BaseException):
+        """The error to raise for a failed collective: another rank's permanent error when one
+        said so, else a GroupFailure naming the ranks that went silent."""
+        silent = self.silent_ranks()  # waits SILENT_AFTER_S: a leaving rank has said why by then
+        peer = self.peer_cannot_run()
+        if peer is not None:
+            log.error("%s", peer)
+            return peer
         first_line = str(err).splitlines()[0] if str(err) else ""
         failure = GroupFailure(what, silent, f"{type(err).__name__}: {first_line}")
         log.error("%s", failure)

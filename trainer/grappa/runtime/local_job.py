@@ -30,7 +30,29 @@ PIDS = "pids.json"  # rank -> pid while the processes run
 
 
 class LaunchError(RuntimeError):
-    pass
+    """A process of the job failed; `code` is its exit code when it is a permanent one (2, 3),
+    which the launcher then exits with, else 1."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def exit_code(self) -> int:  # what exit_codes.permanent_code reads
+        return self.code
+
+
+PERMANENT = (2, 3)  # exit_codes: a configuration, data or model code that cannot run
+
+
+def error_line(path: Path) -> Optional[str]:
+    """The last `grappa: error:` line of a rank's log (its one-line reason), without the prefix."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [ln for ln in lines if ln.startswith("grappa: error: ")]
+    return found[-1][len("grappa: error: "):] if found else None
 
 
 class _Terminated(Exception):
@@ -179,10 +201,15 @@ class LocalJob:
                 codes = [p.poll() for p in reversed(self.procs)][::-1]
                 failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
-                    rank, code = failed[0]
+                    # a permanent failure is the cause; the others' group failure follows it
+                    rank, code = min(failed, key=lambda rc: (rc[1] not in PERMANENT, rc[0]))
                     self.stop_all()
                     if rank == 0 and code == EXIT_STOPPED:  # someone sent the aggregator SIGTERM
                         raise Stopped(self.stopped_message("the aggregator got SIGTERM"))
+                    log = self.log_dir / f"rank-{rank}.log"
+                    line = error_line(log) if code in PERMANENT else None
+                    if line:
+                        raise LaunchError(f"{line} ({role(rank)} exited with code {code}; log {log})", code)
                     raise LaunchError(
                         f"{role(rank)} exited with code {code}; stopped the other processes.\n"
                         f"last lines of {self.log_dir / f'rank-{rank}.log'}:\n"

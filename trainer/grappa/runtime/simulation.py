@@ -15,7 +15,7 @@ from grappa.config import TrainConfig
 from grappa.data.blocks import full_blocks
 from grappa.data.datasets import load_dataset
 from grappa.data.store.chunk_store import ChunkStore
-from grappa.models import GNN
+from grappa.models.build import build_model
 from grappa.models.params import flat_state, load_flat_state, num_buffer_values, num_params
 from grappa.runtime.exchange import StepOutcome, apply_sum, message_size, pack
 from grappa.runtime.job_progress import Progress
@@ -36,12 +36,12 @@ class Simulation:
         self.store = store or ChunkStore(cfg.store_path)
         man = self.store.manifest
         torch.manual_seed(cfg.training.seed)
-        self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
+        self.model = build_model(cfg.model, man["num_features"], man["num_classes"], cfg.training.mode)
         self.optimizer = make_optimizer(cfg, self.model)
         self.n_params, self.n_buf = num_params(self.model), num_buffer_values(self.model)
         self.shards = [make_strategy(cfg, r, self.store, self.model) for r in range(1, cfg.partitions + 1)]
         self.data = data if data is not None else load_dataset(cfg.dataset)
-        self.eval_blocks = full_blocks(self.data.edge_index, self.data.num_nodes, len(self.model.layers))
+        self.eval_blocks = full_blocks(self.data.edge_index, self.data.num_nodes, self.model.num_layers)
         self.eval_x = self.model.prepare_input(self.data.x)
         # the aggregator's share of one step's all-reduce, sent + received (what a real run counts)
         self.step_bytes = sum(ring_allreduce_bytes(4 * message_size(self.model), 4, cfg.partitions + 1, 0))

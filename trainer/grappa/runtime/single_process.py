@@ -13,7 +13,7 @@ from torch_geometric.data import Data
 
 from grappa.config import TrainConfig, dump_config
 from grappa.data.blocks import full_blocks
-from grappa.models import GNN
+from grappa.models.build import build_model
 from grappa.models.model_file import describe, save_model
 from grappa.runtime.replica import make_optimizer
 from grappa.tasks.node_classification import evaluate_full
@@ -22,9 +22,9 @@ from grappa.tasks.node_classification import evaluate_full
 def train_single(cfg: TrainConfig, data: Data,
                  on_epoch: Optional[Callable[[dict], None]] = None) -> tuple[dict, list[dict]]:
     torch.manual_seed(cfg.training.seed)
-    model = GNN(cfg.model, data.num_features, int(data.num_classes))
+    model = build_model(cfg.model, data.num_features, int(data.num_classes), cfg.training.mode)
     opt = make_optimizer(cfg, model)
-    blocks = full_blocks(data.edge_index, data.num_nodes, len(model.layers))
+    blocks = full_blocks(data.edge_index, data.num_nodes, model.num_layers)
     x = model.prepare_input(data.x)
     best = {"val": -1.0, "test": None, "epoch": None}
     best_state = None
@@ -53,7 +53,8 @@ def train_single(cfg: TrainConfig, data: Data,
         if on_epoch:
             on_epoch(rec)
     if best_state is not None:
-        meta = describe(cfg, data.num_features, int(data.num_classes), model.widths)
+        meta = describe(cfg, data.num_features, int(data.num_classes), model.widths,
+                        code=getattr(model, "code", None))
         save_model(run_dir / "model.pt", meta, best_state)
     result = {"test_acc": best["test"], "best_val": best["val"], "best_epoch": best["epoch"],
               "mode": "single-process", "config": json.loads(dump_config(cfg))}

@@ -22,7 +22,7 @@ from grappa.data.idhash import hash64, hash_key
 from grappa.data.sampling.store_sampler import StoreSampler
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.chunk_store import ChunkStore
-from grappa.models import GNN
+from grappa.models.build import build_model
 from grappa.models.params import load_flat_state, num_buffer_values, num_params
 from grappa.runtime import protocol as proto
 from grappa.runtime.exchange import StepExchange
@@ -48,7 +48,7 @@ class Worker:
         self.store = store or ChunkStore(cfg.store_path)
         man = self.store.manifest
         torch.manual_seed(cfg.training.seed)
-        self.model = GNN(cfg.model, man["num_features"], man["num_classes"])
+        self.model = build_model(cfg.model, man["num_features"], man["num_classes"], cfg.training.mode)
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
         self.optimizer = make_optimizer(cfg, self.model)
@@ -117,7 +117,7 @@ class Worker:
             return self.evaluate_sampled()
         model, ev = self.model, self.exact_eval
         model.eval()
-        for layer in range(len(model.layers) - 1):
+        for layer in range(model.passes - 1):
             ev.write_layer(model, layer)
             # barrier: every worker's rows of this layer are in place before any reads its halo
             self.link.send(torch.zeros(1), 0, "eval")

@@ -49,7 +49,7 @@ def full_graph_gradient(model, data: Data, blocks: Optional[list[Block]] = None)
     """Exact gradient of the mean training loss over all training nodes (single process): the
     reference for exactness and gradient-fidelity checks. `blocks`: the whole graph per layer
     (data.blocks.full_blocks), made here when not given."""
-    blocks = blocks or full_blocks(data.edge_index, data.num_nodes, len(model.layers))
+    blocks = blocks or full_blocks(data.edge_index, data.num_nodes, model.num_layers)
     model.zero_grad(set_to_none=True)
     out = model(data.x, blocks)
     F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()

@@ -28,7 +28,7 @@ def full_graph_blocks(g: LocalGraph, seeds: Tensor, model) -> tuple[list[Block],
     """(blocks, input rows, the seeds' rows in the last layer's output) for one full-graph step.
     Only the rows the seeds need, unless a layer's output depends on which rows it computes
     (BatchNorm): then every local row, as a single process computes every node."""
-    layers = len(model.layers)
+    layers = model.num_layers
     if model.rows_independent:
         rows, blocks = seed_blocks(g.indptr, g.indices, g.deg, seeds, layers)
         return blocks, rows, torch.arange(seeds.numel())
