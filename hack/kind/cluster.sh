@@ -9,6 +9,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 up() {
     local kubeconfig=$1 node_image config=$BED/run/kind-config.yaml start=$SECONDS
     node_image=$("$KIND_DIR/build-node.sh" | tail -1)
+    # A run ended without its teardown (a machine reset, SIGKILL) leaves its node container in the
+    # data root, and dockerd brings it back: kind would refuse the name.
+    if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+        log "removing cluster $CLUSTER left by a run that ended without teardown"
+        down
+    fi
     docker network inspect kind >/dev/null 2>&1 || docker network create --driver bridge \
         --subnet "$KIND_SUBNET" --gateway "$KIND_GATEWAY" -o com.docker.network.bridge.name="$KIND_BRIDGE" \
         -o com.docker.network.bridge.enable_ip_masquerade=false kind >/dev/null
