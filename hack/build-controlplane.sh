@@ -84,7 +84,7 @@ build_helm() {  # prints helm's bin folder, building it once per version
         htmp=$(mktemp -d "$cache/.helm-build.XXXXXX")
         helm_commit=$(modfield "$htmp" "$helm_pkg@$HELM_VERSION" Hash)
         log "building helm ..."
-        (cd "$htmp" && GOBIN="$htmp/bin" nice -n 10 go install -p "$jobs" -trimpath -buildvcs=false -ldflags "-s -w \
+        (cd "$htmp" && GOBIN="$htmp/bin" go install -p "$jobs" -trimpath -buildvcs=false -ldflags "-s -w \
             -X $helm_pkg/internal/version.version=$HELM_VERSION -X $helm_pkg/internal/version.gitTreeState=clean \
             -X $helm_pkg/internal/version.gitCommit=$helm_commit \
             -X $helm_pkg/pkg/lint/rules.k8sVersionMajor=$HELM_K8S_MAJOR \
@@ -124,7 +124,7 @@ gobuild() {  # gobuild <module dir> <output name, or "" for several packages> <g
     local dir=$1 name=$2 start=$SECONDS
     shift 2
     log "building ${name:-${*: -4}} ..."
-    (cd "$dir" && nice -n 10 go build -p "$jobs" -mod=readonly -trimpath -buildvcs=false \
+    (cd "$dir" && go build -p "$jobs" -mod=readonly -trimpath -buildvcs=false \
         -o "$tmp/bin/$name" "$@")
     log "built ${name:-them} in $((SECONDS - start))s ($(du -ch "$tmp/bin/"* | tail -1 | cut -f1) in bin/)"
 }

@@ -30,6 +30,10 @@ HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
 
 
 def find_helm() -> str | None:
+    # `make test` builds helm beside the unit tests: the tests that run it wait for it
+    # ($GRAPPA_TOOLS_READY, tests/conftest.py), so its path counts before the file exists.
+    if os.environ.get("GRAPPA_TOOLS_HELM"):
+        return os.environ["GRAPPA_TOOLS_HELM"]
     for candidate in (os.environ.get("HELM"),
                       os.path.join(os.environ.get("GRAPPA_CONTROLPLANE_BIN", ""), "helm"),
                       shutil.which("helm"),
