@@ -37,7 +37,7 @@ def find_helm() -> str | None:
     for candidate in (os.environ.get("HELM"),
                       os.path.join(os.environ.get("GRAPPA_CONTROLPLANE_BIN", ""), "helm"),
                       shutil.which("helm"),
-                      *sorted(glob.glob(os.path.expanduser("~/.cache/grappa/controlplane-*/bin/helm")))[-1:]):
+                      *sorted(glob.glob(os.path.expanduser("~/.cache/grappa/helm-*/bin/helm")))[-1:]):
         if candidate and os.access(candidate, os.X_OK) and os.path.isfile(candidate):
             return candidate
     return None

@@ -53,11 +53,11 @@ go_k8s() {  # what the cluster needs, first: the control plane's binaries, then 
 }
 
 go_tools() {  # the Go builds after the cluster's, beside the node image and the cluster's start
-    # helm and kube-score: only a few unit tests run them, last in the unit lane (tests/conftest.py
-    # LATE), waiting for $GRAPPA_TOOLS_READY; then Kueue's manager, installed last.
-    { phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null && phase kube-score "$REPO/hack/kube-score.sh" >/dev/null; } \
-        || { touch "$BED/run/tools.failed"; return 1; }
-    touch "$BED/run/tools.ready"
+    # helm (the e2e tests' and a few unit tests', which wait for $GRAPPA_TOOLS_READY; the unit
+    # ones last in their lane: tests/conftest.py LATE), kube-score, then Kueue's manager.
+    phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null || { touch "$BED/run/tools.failed"; return 1; }
+    touch "$BED/run/tools.ready"  # kube-score's test builds it itself if it comes first (one lock)
+    phase kube-score "$REPO/hack/kube-score.sh" >/dev/null
     phase kueue-binary "$KIND_DIR/kueue.sh" binary
 }
 

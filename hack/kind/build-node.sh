@@ -61,7 +61,7 @@ kind_base() {  # kindest/base from Debian packages and kind's own files
     cp -r "$kind_src/images/base/files" "$work/base/files" && chmod -R u+w,a+rX "$work/base"
     chmod 0755 "$work/base/files/usr/local/bin/"* "$work/base/files/kind/bin/"*
     log "kind base rootfs from Debian $DEBIAN_SUITE packages (mmdebstrap) ..."
-    nice -n 10 mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
+    mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(HELM is None, reason="no helm binary ($GRAPPA_CO
 @pytest.fixture(scope="module", autouse=True)
 def helm_home(tmp_path_factory):
     global HELM_HOME
-    kind_bed.require(kind_bed.TOOLS, "helm and kube-score")  # built by `make test` beside the unit tests
+    kind_bed.require(kind_bed.TOOLS, "helm")  # built by `make test` beside the unit tests
     HELM_HOME = tmp_path_factory.mktemp("helm")  # helm writes caches: keep them out of $HOME
 
 

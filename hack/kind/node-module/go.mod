@@ -1,5 +1,6 @@
 // Wrapper module that pins the kind node's Kubernetes binaries (kubelet, kubeadm, kube-proxy)
-// to the same release as hack/controlplane/kubernetes; built by hack/kind/build-node.sh.
+// to the same release as hack/controlplane/kubernetes, and CoreDNS (./coredns); built by
+// hack/kind/build-node.sh.
 module grappa.invalid/hack/kind/node-module
 
 go 1.26.0
@@ -231,4 +232,11 @@ replace (
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.4
 	k8s.io/sample-controller => k8s.io/sample-controller v0.36.4
 	k8s.io/streaming => k8s.io/streaming v0.36.4
+)
+
+// CoreDNS asks for newer ones; the control plane's keep the Kubernetes packages (client-go,
+// grpc's users) compiled once for both builds: a changed dependency recompiles all above it.
+replace (
+	golang.org/x/oauth2 => golang.org/x/oauth2 v0.34.0
+	google.golang.org/genproto/googleapis/rpc => google.golang.org/genproto/googleapis/rpc v0.0.0-20260128011058-8636f8732409
 )
