@@ -25,11 +25,14 @@ demo: venv
 # build (each product cached by version), pytest as soon as the virtualenv is there (its unit
 # tests beside the build, its e2e tests once the cluster is up), teardown always (it fails the
 # run if anything left the bed's bridges or is left behind), and at the end every phase's time.
-# TEST_LANES parallel lanes (tests/lanes.py): the unit tests in one, in order; the e2e tests in
-# the others; TEST_LANES=0 runs everything in one process.
-TEST_LANES ?= 3
+# TEST_LANES parallel lanes (tests/lanes.py): the unit tests in UNIT_LANES of them, whole files in
+# order, dealt out by tests/unit_weights.json; the e2e tests in the others (and in a unit lane
+# once it is done); TEST_LANES=0 runs everything in one process.
+TEST_LANES ?= 4
+UNIT_LANES ?= 2
 test:
-	GRAPPA_CACHE=$(GRAPPA_CACHE) PYTHON=$(PYTHON) hack/test.sh $(VENV) -q --durations=15 \
+	GRAPPA_CACHE=$(GRAPPA_CACHE) PYTHON=$(PYTHON) GRAPPA_UNIT_LANES=$(UNIT_LANES) hack/test.sh $(VENV) -q --durations=15 \
+	    --junitxml=$(GRAPPA_CACHE)/kind-bed/logs/tests.xml \
 	    -n $(TEST_LANES) --dist loadgroup tests
 
 test-unit: venv

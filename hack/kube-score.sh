@@ -28,10 +28,11 @@ fi
 rm -rf "$DIR"/.build.*  # left by a killed build (we hold the lock)
 tmp=$(mktemp -d "$DIR/.build.XXXXXX")
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-# Module and build caches inside the temporary dir: nothing leaks into the user's Go caches, and a
+# Go's own module and build caches, shared with the bed's other Go builds (a cache of its own
+# compiled the standard library and the YAML and Kubernetes packages again, cold); a
 # half-finished build never leaves a binary behind (installed to tmp, then moved).
-GOTOOLCHAIN=local GOFLAGS=-mod=mod GOPATH="$tmp/gopath" GOCACHE="$tmp/gocache" GOBIN="$tmp/bin" \
-  CGO_ENABLED=0 "$GO" install "github.com/zegl/kube-score/cmd/kube-score@$VERSION" >&2
+GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod GOBIN="$tmp/bin" CGO_ENABLED=0 \
+  "$GO" install -trimpath "github.com/zegl/kube-score/cmd/kube-score@$VERSION" >&2
 mkdir -p "$DIR/bin"
 mv "$tmp/bin/kube-score" "$BIN"
 echo "$BIN"

@@ -17,12 +17,12 @@ def main(path: str, t0: str) -> None:
     total = int(time.time()) - int(t0)
     width = 48  # characters for the whole run in the bar column
     print(f"\nmake test: phases, seconds from the start ({total} s = {total / 60:.1f} min in all)", file=sys.stderr)
-    print(f"  {'phase':<16} {'start':>6} {'took':>6} {'end':>6}  status    timeline", file=sys.stderr)
+    print(f"  {'phase':<26} {'start':>6} {'took':>6} {'end':>6}  status    timeline", file=sys.stderr)
     for start, seconds, name, status in rows:
         a = round(start / max(total, 1) * width)
         b = max(a + 1, round((start + seconds) / max(total, 1) * width))
         bar = " " * a + "#" * (b - a)
-        print(f"  {name:<16} {start:>6} {seconds:>6} {start + seconds:>6}  {status:<9} |{bar:<{width}}|",
+        print(f"  {name:<26} {start:>6} {seconds:>6} {start + seconds:>6}  {status:<9} |{bar:<{width}}|",
               file=sys.stderr)
 
 

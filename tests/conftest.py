@@ -63,13 +63,14 @@ LATE = ("test_op_helm.py", "test_op_monitoring.py", "test_manifests.py", "test_i
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name in LATE)  # stable: the usual order otherwise
+    items.sort(key=lambda item: lanes.order(item, LATE))  # stable: the usual order otherwise
     if lanes.in_lane():
         lanes.group(items)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    lanes.ran(item)
     # Outside pytest-timeout's timer (this wrapper is outermost): what the bed still builds is
     # waited for here, not in a fixture that the test's timeout would cut short.
     if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
@@ -84,3 +85,4 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     lanes.finish(session.config)
+    lanes.record_end(session)

@@ -1,9 +1,13 @@
 """Parallel lanes for `make test` (pytest-xdist, `-n N --dist loadgroup`).
 
-The unit tests keep one lane to themselves and run in order, as in a serial run: they are
-CPU-bound and some start process groups of their own. The e2e tests share the other lanes,
-which mostly wait on the cluster's clocks (suspensions, leases, queues), and start while the
-unit tests run. What the lanes share is made once and kept out of each other's way:
+The unit tests run in `$GRAPPA_UNIT_LANES` lanes (default 1) of their own, each a fixed set of
+whole test files in their usual order (a module's fixtures stay in one process): the files are
+dealt out by their recorded weight (tests/unit_weights.json, seconds per file; `python
+tests/lanes.py weights <junit.xml>` records it anew), heaviest first, each to the lightest lane
+so far, so the lanes end together. The e2e tests share the other lanes, which mostly wait on
+the cluster's clocks (suspensions, leases, queues), and start while the unit tests run; a unit
+lane that is done takes e2e tests too. What the lanes share is made once and kept out of each
+other's way:
 
 - **groups**: tests that use one session object (the happy-path job and the Prometheus that
   scrapes it; Kueue's queue and quota) run in one lane, in their usual order;
@@ -26,6 +30,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +40,9 @@ import pytest
 
 DIR_ENV = "GRAPPA_LANES_DIR"  # made by the controller, inherited by every lane
 UNIT = "unit"
+UNIT_LANES_ENV = "GRAPPA_UNIT_LANES"
+WEIGHTS = Path(__file__).with_name("unit_weights.json")
+UNLISTED_SECONDS = 2.0  # per test, for a file the weights do not list yet
 HAPPY_JOB = "happy-job"  # `happy` runs the job, `prom` scrapes it: one lane makes both
 
 
@@ -57,18 +65,78 @@ def start(config: pytest.Config) -> None:
     if _is_controller(config):
         os.environ[DIR_ENV] = tempfile.mkdtemp(prefix="grappa-lanes-")
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # Groups go out in the order `order` gives, not largest first: a lane that took the
+        # Kueue tests first would wait idle for Kueue, built last on a fresh machine.
+        config.option.loadscopereorder = False
+
+
+def order(item: pytest.Item, late: tuple[str, ...]) -> tuple[int, bool]:
+    """The collection's order for the lanes (a stable sort: a file's own order otherwise): the
+    unit tests first (they start the unit lanes), the tests that wait on a tool the bed builds
+    late (`late` files) last among them; then the happy-path job's group (the longest), the other
+    e2e tests, and the Kueue tests, whose Kueue is the bed's last product."""
+    if item.get_closest_marker("e2e") is None:
+        return 0, item.path.name in late
+    if any(m.args[:1] == ("kueue",) for m in item.iter_markers("xdist_group")):
+        return 3, False
+    return (1 if {"happy", "prom"} & set(getattr(item, "fixturenames", ())) else 2), False
 
 
 def group(items: list[pytest.Item]) -> None:
-    """xdist_group marks: the unit tests in one lane, the tests of one session object in one lane.
-    A group a test file already names (test_kueue.py) is kept."""
+    """xdist_group marks: the unit tests in their lanes by file, the tests of one session object
+    in one lane. A group a test file already names (test_kueue.py) is kept."""
+    units = [item for item in items if item.get_closest_marker("e2e") is None
+             and not item.get_closest_marker("xdist_group")]
+    lane_of = unit_lanes(units, int(os.environ.get(UNIT_LANES_ENV) or 1), _weights())
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
         if item.get_closest_marker("e2e") is None:
-            item.add_marker(pytest.mark.xdist_group(UNIT))
+            item.add_marker(pytest.mark.xdist_group(lane_of[_file(item)]))
         elif {"happy", "prom"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(HAPPY_JOB))
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _weights() -> dict[str, float]:
+    return json.loads(WEIGHTS.read_text()) if WEIGHTS.exists() else {}
+
+
+def unit_lanes(units: list[pytest.Item], lanes: int, weights: dict[str, float]) -> dict[str, str]:
+    """Test file -> its unit lane's group (`unit`, `unit-2`, ...): longest first, each file to
+    the lane with the least so far (a file's weight: its recorded seconds, or UNLISTED_SECONDS
+    a test)."""
+    counts: dict[str, int] = {}
+    for item in units:
+        counts[_file(item)] = counts.get(_file(item), 0) + 1
+    names = [UNIT] + [f"{UNIT}-{i}" for i in range(2, max(lanes, 1) + 1)]
+    load = dict.fromkeys(names, 0.0)
+    lane_of = {}
+    for path in sorted(counts, key=lambda f: (-weights.get(f, UNLISTED_SECONDS * counts[f]), f)):
+        lightest = min(names, key=lambda n: (load[n], names.index(n)))
+        lane_of[path] = lightest
+        load[lightest] += weights.get(path, UNLISTED_SECONDS * counts[path])
+    return lane_of
+
+
+def record_weights(junit_xml: str) -> dict[str, float]:
+    """Seconds per unit test file from a run's JUnit XML (`pytest --junitxml`), written to
+    WEIGHTS; e2e files, which do not run in the unit lanes, are left out."""
+    import xml.etree.ElementTree as ET
+    root = Path(__file__).resolve().parents[1]
+    seconds: dict[str, float] = {}
+    for case in ET.parse(junit_xml).iter("testcase"):
+        parts = case.get("classname", "").split(".")  # tests.trainer.test_x[.TestClass]
+        path = next((p for i in range(len(parts), 0, -1)
+                     if (root / (p := "/".join(parts[:i]) + ".py")).is_file()), "")
+        if path.startswith("tests/") and not path.startswith("tests/e2e/"):
+            seconds[path] = seconds.get(path, 0.0) + float(case.get("time", 0))
+    weights = {path: round(s, 1) for path, s in sorted(seconds.items())}
+    WEIGHTS.write_text(json.dumps(weights, indent=1) + "\n")
+    return weights
 
 
 @contextmanager
@@ -121,6 +189,30 @@ def once(key: str, make: Callable[[], dict[str, Any]], teardown: str) -> dict[st
         return value
 
 
+def record_end(session: pytest.Session) -> None:
+    """In a lane of `make test`: when it ended, as a phase of hack/test.sh's timeline (lane-gw0,
+    lane-gw1, ...), so the run shows which lane held it up. The lane's groups name it (unit,
+    unit-2: the unit lanes)."""
+    phases, t0 = os.environ.get("GRAPPA_PHASES"), os.environ.get("GRAPPA_T0")
+    if not (in_lane() and phases and t0):
+        return
+    groups = sorted(_ran.get("groups", ()))
+    start, now = int(_ran.get("start", time.time())) - int(t0), int(time.time()) - int(t0)
+    name = f"lane-{os.environ['PYTEST_XDIST_WORKER']}" + (f"({'+'.join(groups)})" if groups else "")
+    with open(phases, "a") as f:
+        f.write(f"{name} {start} {now - start} ok\n")
+
+
+_ran: dict[str, Any] = {}
+
+
+def ran(item: pytest.Item) -> None:
+    """Called as each test starts in a lane: the lane's first start and the groups it ran."""
+    _ran.setdefault("start", time.time())
+    _ran.setdefault("groups", set()).update([m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+                                            or ["e2e"])
+
+
 def finish(config: pytest.Config) -> None:
     """In the controller, once every lane is done: tear down what `once` made, then the folder."""
     if not _is_controller(config) or DIR_ENV not in os.environ:
@@ -136,3 +228,9 @@ def finish(config: pytest.Config) -> None:
             getattr(importlib.import_module(module), function)(made["value"])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":  # python tests/lanes.py weights <junit.xml>
+    if sys.argv[1:2] != ["weights"] or len(sys.argv) != 3:
+        sys.exit("usage: python tests/lanes.py weights <junit.xml from `pytest --junitxml`>")
+    print(f"{WEIGHTS}: {len(record_weights(sys.argv[2]))} unit test files")

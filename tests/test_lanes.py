@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -77,28 +78,49 @@ def remove(made):
 """
 
 
-def test_three_lanes_keep_units_together_run_exclusive_alone_and_make_once(tmp_path: Path) -> None:
+UNIT_B = """
+import json, os, time
+from pathlib import Path
+import pytest
+
+@pytest.mark.parametrize("i", range(3))
+def test_unit_b(i):
+    start = time.monotonic()
+    time.sleep(0.4)
+    with open(Path(os.environ["LANES_LOG"]) / "runs.jsonl", "a") as f:
+        f.write(json.dumps({"name": f"unitb{i}", "lane": os.environ["PYTEST_XDIST_WORKER"],
+                            "start": start, "end": time.monotonic()}) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("unit_lanes", [1, 2])
+def test_three_lanes_keep_units_together_run_exclusive_alone_and_make_once(tmp_path: Path, unit_lanes: int) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
     (suite / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    (suite / "test_units_b.py").write_text(textwrap.dedent(UNIT_B))
     (suite / "teardown_thing.py").write_text(TEARDOWN)
     (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: e2e\n    exclusive: alone\n")
     log = tmp_path / "log"
     log.mkdir()
     # Not the lanes this test may itself run in: a fresh controller with its own folder.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST", "GRAPPA_LANES", "GRAPPA_E2E", "GRAPPA_TOOLS"))}  # not the bed's
+           if not k.startswith(("PYTEST_XDIST", "GRAPPA_LANES", "GRAPPA_UNIT_LANES", "GRAPPA_E2E",
+                                 "GRAPPA_TOOLS", "GRAPPA_PHASES"))}  # not the bed's
     env["LANES_LOG"] = str(log)
+    env["GRAPPA_UNIT_LANES"] = str(unit_lanes)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",
                            "--dist", "loadgroup", str(suite)], cwd=suite, env=env, text=True,
                           capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = [json.loads(line) for line in (log / "runs.jsonl").read_text().splitlines()]
-    assert len(runs) == 11, runs
+    assert len(runs) == 14, runs
 
-    unit_lanes = {r["lane"] for r in runs if r["name"].startswith("unit")}
-    assert len(unit_lanes) == 1, runs
+    a_lanes = {r["lane"] for r in runs if r["name"].startswith("unit") and not r["name"].startswith("unitb")}
+    b_lanes = {r["lane"] for r in runs if r["name"].startswith("unitb")}
+    assert len(a_lanes) == 1 and len(b_lanes) == 1, runs  # a file's tests stay in one lane
+    assert (a_lanes == b_lanes) == (unit_lanes == 1), runs
     e2e = [r for r in runs if not r["name"].startswith("unit")]
     assert len({r["lane"] for r in e2e}) >= 2, f"the e2e tests never shared the lanes: {runs}"
     alone = next(r for r in e2e if r["name"] == "alone")
@@ -108,6 +130,58 @@ def test_three_lanes_keep_units_together_run_exclusive_alone_and_make_once(tmp_p
 
     assert len((log / "made.log").read_text().splitlines()) == 1
     assert [json.loads(line) for line in (log / "removed.log").read_text().splitlines()] == [{"id": 7}]
+
+
+def test_unit_files_go_longest_first_to_the_lightest_lane() -> None:
+    """Whole files, never split; recorded seconds where known, UNLISTED_SECONDS a test where not."""
+    sys.path.insert(0, str(TESTS))
+    import lanes
+
+    def tests(path: str, n: int) -> list[SimpleNamespace]:
+        return [SimpleNamespace(nodeid=f"{path}::test_{i}") for i in range(n)]
+
+    items = tests("a.py", 3) + tests("b.py", 1) + tests("c.py", 2) + tests("d.py", 5) + tests("new.py", 4)
+    weights = {"a.py": 300.0, "b.py": 200.0, "c.py": 150.0, "d.py": 40.0}
+    lane_of = lanes.unit_lanes(items, 2, weights)
+    # a 300 -> unit; b 200 -> unit-2; c 150 -> unit-2 (350); d 40 -> unit (340); new 4 x 2 s -> unit (348)
+    assert lane_of == {"a.py": "unit", "b.py": "unit-2", "c.py": "unit-2", "d.py": "unit", "new.py": "unit"}
+    assert set(lanes.unit_lanes(items, 1, weights).values()) == {"unit"}
+    assert set(lanes.unit_lanes(items, 0, {}).values()) == {"unit"}
+
+
+def test_unit_tests_go_out_first_and_the_kueue_tests_last() -> None:
+    """The order the lanes take groups in (reordering by size is off): a lane that took the
+    Kueue tests early would sit idle while a fresh machine still builds Kueue."""
+    sys.path.insert(0, str(TESTS))
+    import lanes
+
+    def item(name: str, e2e: bool = False, group: str | None = None, fixtures: tuple = ()) -> SimpleNamespace:
+        marks = {"e2e": e2e}
+        return SimpleNamespace(name=name, path=Path(f"{name}.py"), fixturenames=fixtures,
+                               get_closest_marker=lambda m: True if marks.get(m) else None,
+                               iter_markers=lambda m: [SimpleNamespace(args=(group,))] if group and m == "xdist_group" else [])
+
+    items = [item("kueue", e2e=True, group="kueue"), item("late"), item("single", e2e=True),
+             item("happy", e2e=True, fixtures=("happy",)), item("unit"), item("prom", e2e=True, fixtures=("prom",))]
+    ordered = sorted(items, key=lambda i: lanes.order(i, ("late.py",)))
+    assert [i.name for i in ordered] == ["unit", "late", "happy", "prom", "single", "kueue"]
+
+
+def test_recorded_weights_are_seconds_per_unit_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(TESTS))
+    import lanes
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite>'
+                     '<testcase classname="tests.test_lanes" name="a" time="1.5"/>'
+                     '<testcase classname="tests.test_lanes" name="b" time="2.0"/>'
+                     '<testcase classname="tests.trainer.test_rounds.TestRounds" name="c" time="4.25"/>'
+                     '<testcase classname="tests.e2e.test_grappajob" name="d" time="99"/>'
+                     '</testsuite></testsuites>')
+    monkeypatch.setattr(lanes, "WEIGHTS", tmp_path / "weights.json")
+    assert lanes.record_weights(str(junit)) == {"tests/test_lanes.py": 3.5, "tests/trainer/test_rounds.py": 4.2}
+    assert json.loads((tmp_path / "weights.json").read_text()) == {"tests/test_lanes.py": 3.5,
+                                                                   "tests/trainer/test_rounds.py": 4.2}
 
 
 def _waiting_on(path: Path) -> int:
