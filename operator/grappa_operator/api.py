@@ -12,16 +12,19 @@ from pydantic import AfterValidator, ConfigDict, Field, ValidationError, WithJso
 from pydantic.fields import FieldInfo
 
 from grappa.config import (
+    LINK_DATASETS,
     OGB_DATASETS,
     PATH_MAX,
     ArraysConfig,
     CheckpointConfig,
     DatasetConfig,
     GrappaConfig,
+    LinkConfig,
     ModelConfig,
     PrepareConfig,
     Section,
     Strategy,
+    Task,
     TrainConfig,
     TrainingConfig,
     VarcoConfig,
@@ -265,6 +268,28 @@ SPEC_RULES = [
     cel.rule(f"self.strategy == 'varco' || ({cel.at_defaults(VarcoConfig, 'self.varco')})",
              "varco settings apply to strategy varco only: remove them or set strategy: varco",
              ".varco"),
+    # task link-prediction: what it runs with today (TrainConfig._check_task)
+    cel.rule(f"self.task == 'link-prediction' || ({cel.at_defaults(LinkConfig, 'self.link')})",
+             "link settings apply to task link-prediction only: remove them or set task: "
+             "link-prediction", ".link"),
+    cel.rule("self.task != 'link-prediction' || !has(self.link) || "
+             "(has(self.link.valFraction) ? self.link.valFraction : 0.1) + "
+             "(has(self.link.testFraction) ? self.link.testFraction : 0.2) < 1.0",
+             "link.valFraction + link.testFraction must be < 1 to leave training edges: lower them",
+             ".link"),
+    cel.rule("self.task != 'link-prediction' || self.strategy in ['grappa', 'full']",
+             "task link-prediction is served by strategies grappa and full only so far: set "
+             "strategy: grappa or full", ".strategy"),
+    cel.rule("self.task != 'link-prediction' || (has(self.training.evalMode) ? "
+             "self.training.evalMode == 'exact' : self.training.mode == 'full-graph')",
+             "task link-prediction is evaluated exactly: set training.evalMode: exact (mini-batch "
+             "mode defaults to sampled)", ".training.evalMode"),
+    cel.rule("self.task != 'link-prediction' || !has(self.model.custom) || !has(self.model.custom.factory)",
+             "task link-prediction trains the built-in models (model.arch) only for now: remove "
+             "model.custom", ".model.custom"),
+    cel.rule(f"self.task != 'link-prediction' || self.dataset.name in {cel.literal(list(LINK_DATASETS))}",
+             "task link-prediction splits the edges in memory: dataset.name must be one of "
+             + ", ".join(LINK_DATASETS), ".dataset.name"),
     cel.rule("self.metricsPort == 0 || self.metricsPort != self.masterPort",
              "masterPort must differ from metricsPort: the aggregator listens on both",
              ".masterPort"),
@@ -336,6 +361,8 @@ class GrappaJobSpec(Section):
                                      cel.immutable("spec.strategy"))
     partitions: int = _with_rules(TrainConfig.model_fields["partitions"],  # the trainer's bounds
                                   cel.immutable("spec.partitions"))
+    task: Task = _with_rules(TrainConfig.model_fields["task"],  # type: ignore[valid-type]
+                             cel.immutable("spec.task"))
     dataset: DatasetConfig = Field(default_factory=DatasetConfig,
                                    description="Dataset; relative root/path resolve under the storage mount.",
                                    json_schema_extra=cel.validations(*DATASET_RULES))
@@ -349,6 +376,9 @@ class GrappaJobSpec(Section):
                                description="Activation compression (strategy varco only).",
                                json_schema_extra=cel.validations(cel.rule(
                                    "self.rMin <= self.rMax", "varco.rMin must be <= varco.rMax", ".rMin")))
+    link: LinkConfig = Field(default_factory=LinkConfig,
+                             description="Link prediction: split, decoder, negatives (task link-prediction only).",
+                             json_schema_extra=cel.validations(cel.immutable("spec.link")))
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="Checkpoints (written under runDir on the storage volume).")
     prepare: PrepareConfig = Field(default_factory=PrepareConfig,
@@ -381,6 +411,8 @@ class GrappaJobSpec(Section):
         return TrainConfig(
             strategy=self.strategy,
             partitions=self.partitions,
+            task=self.task,
+            link=self.link,
             dataset=self.dataset.model_copy(deep=True),
             model=self.model,
             training=self.training,

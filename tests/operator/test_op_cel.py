@@ -76,6 +76,25 @@ CASES = [
      "grappa.shrinkage", {"strategy": "varco"}),
     ("", "varco settings apply to strategy varco only", {"varco": {"rMax": 64}},
      "varco", {"strategy": "varco", "varco": {"rMax": 64}}),
+    ("", "link settings apply to task link-prediction only", {"link": {"negatives": 5}}, "link",
+     {"task": "link-prediction", "link": {"negatives": 5}}),
+    ("", "link.valFraction + link.testFraction must be < 1", {"task": "link-prediction", "link": {
+        "valFraction": 0.5, "testFraction": 0.5}}, "link.valFraction",
+     {"task": "link-prediction", "link": {"valFraction": 0.5, "testFraction": 0.4}}),
+    ("", "is served by strategies grappa and full only", {"task": "link-prediction", "strategy": "varco"},
+     "strategy", {"task": "link-prediction", "strategy": "full"}),
+    ("", "task link-prediction is evaluated exactly",
+     {"task": "link-prediction", "training": {"evalMode": "sampled"}}, "training.evalMode",
+     {"task": "link-prediction", "training": {"evalMode": "exact"}}),
+    ("", "task link-prediction is evaluated exactly",
+     {"task": "link-prediction", "training": {"mode": "mini-batch"}}, "training.evalMode",
+     {"task": "link-prediction", "training": {"mode": "mini-batch", "evalMode": "exact"}}),
+    ("", "task link-prediction trains the built-in models", {"task": "link-prediction", "model": {
+        "custom": {"factory": "my_models:make_model"}}}, "model.custom",
+     {"model": {"custom": {"factory": "my_models:make_model"}}}),
+    ("", "task link-prediction splits the edges in memory",
+     {"task": "link-prediction", "dataset": {"name": "rmat"}}, "dataset.name",
+     {"task": "link-prediction", "dataset": {"name": "csbm"}}),
     ("", "masterPort must differ from metricsPort", {"metricsPort": 9000, "masterPort": 9000},
      "spec.masterPort", {"metricsPort": 0, "masterPort": 9000}),
     ("", "spec.partitions exceeds the dataset's nodes", {"partitions": 1000, "dataset": {
@@ -144,7 +163,7 @@ def test_job_name_rule_and_twin(name, ok):
     assert (twin_error(BASE, name) is None) == ok
 
 
-IMMUTABLE = ["strategy", "partitions", "dataset", "model", "storage", "predict"]
+IMMUTABLE = ["strategy", "partitions", "task", "dataset", "model", "link", "storage", "predict"]
 
 
 @pytest.mark.parametrize("field", IMMUTABLE)
