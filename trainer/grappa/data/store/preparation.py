@@ -25,6 +25,11 @@ def store_source(cfg: TrainConfig) -> dict:
     d = json.loads(cfg.dataset.model_dump_json())
     d.pop("root", None)
     d.pop("download", None)
+    if cfg.task == "link-prediction":  # the split decides which edges the store holds
+        lk = cfg.link
+        d["link_split"] = {"val_fraction": lk.val_fraction, "test_fraction": lk.test_fraction,
+                           "split_seed": lk.split_seed, "eval_negatives": lk.eval_negatives,
+                           "shared_negatives": lk.shared_negatives}
     return d
 
 
@@ -80,9 +85,15 @@ def _prepare(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dic
         source = open_dataset(cfg.dataset, progress=progress, need_labels=purpose.need_labels)
         if purpose.check_source is not None:
             purpose.check_source(source)
+        extra_files = None
+        if cfg.task == "link-prediction" and purpose.need_labels:
+            # val/test edges leave message passing before the store sees the graph
+            from grappa.data.link_split import link_source
+            source, extra_files = link_source(source, cfg.link)
         return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
                        feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
-                       workers=cfg.prepare.workers, progress=progress, extra=extra)
+                       workers=cfg.prepare.workers, progress=progress, extra=extra,
+                       extra_files=extra_files)
 
 
 def _replace(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dict], progress: bool,
