@@ -57,6 +57,8 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
                   "dropout": m.dropout,
                   **({"custom": _custom_record(m.custom)} if m.user_model else {})},
         **({"code": code, "mode": cfg.training.mode} if m.user_model else {}),
+        # link prediction: the last width is the embedding's, and a decoder's parameters follow
+        **({"task": cfg.task, "decoder": cfg.link.decoder} if cfg.task != "node-classification" else {}),
         "widths": list(widths), "num_features": int(num_features), "num_classes": int(num_classes),
         "feature_dtype": manifest["feature_dtype"] if manifest else "float32",
         "strategy": cfg.strategy if manifest else "single",
@@ -182,6 +184,11 @@ def read_meta(path: str | Path) -> tuple[dict, dict]:
             f"model file {path} holds the last RETEXO stage only (the stages' layers are saved as "
             "RUN_DIR/stage-*.pt); predictions need a model trained with strategy grappa, full or "
             "varco, or `grappa single`")
+    if rec.get("task", "node-classification") != "node-classification":
+        raise ModelFileError(
+            f"model file {path} is a {rec['task']} model (embeddings and a {rec.get('decoder')} "
+            "decoder): grappa predict and evaluate score node-classification models only so far; "
+            "its training run's report.json has its test metrics")
     state = rec.pop("state_dict")
     return rec, state
 
