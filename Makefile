@@ -119,10 +119,11 @@ bench-peer: venv peer-env
 clean-data:
 	rm -rf .data runs
 
-# Builds kube-apiserver/controller-manager/scheduler, kubectl, etcd and helm from source into a
-# versioned folder under $(GRAPPA_CACHE) (first run ~tens of minutes, then instant); prints its bin/.
+# Builds helm, then kube-apiserver/controller-manager/scheduler, kubectl and etcd from source into
+# versioned folders under $(GRAPPA_CACHE) (first run ~tens of minutes, then instant); prints their bin/.
 .PHONY: controlplane kind-images
 controlplane:
+	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/build-controlplane.sh --helm
 	GRAPPA_CACHE=$(GRAPPA_CACHE) hack/build-controlplane.sh
 
 # The kind bed's cached images only (base, operator, trainer, node), without a cluster.

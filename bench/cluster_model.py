@@ -14,13 +14,24 @@ the aggregator's link). compute is max_m cpu_m where the machines work side by s
 members all reduce and step at once, DistDGL's trainers), and for the star the busiest worker's
 plus the aggregator's, which reduced and stepped while every worker waited (in series).
 
-Projections to P' machines scale the per-step quantities of the largest measured run. In mini-batch
-training a worker's step handles `seeds(P) = min(batch, n_train / P)` seeds, so its compute (and,
-for DistDGL, the neighbourhood it samples and pulls) is taken proportional to seeds(P); DistDGL's
-remote share of a sampled neighbourhood grows as (P - 1) / P; Grappa's messages are the model's
-size: with the ring each member's share is 2(M-1)/M of a message each way, M = P + 1 (scaled by
-that factor from the measured P); with the star the aggregator reduced and served P of them per
-step. All of it is a model: everything computed here is labelled a projection where it is shown.
+Projections to P' machines scale the per-step quantities of the largest measured run. A step's
+CPU has a part that grows with the seeds a machine gets and a fixed part that does not: the
+all-reduce and the optimizer step over the whole model, the same model for both systems. In
+mini-batch training a worker's step handles `seeds(P) = min(batch, n_train / P)` seeds, so the
+first part (and, for DistDGL, the neighbourhood it samples and pulls) is taken proportional to
+seeds(P) and the fixed part is kept, for both systems alike. The fixed part is measured on
+Grappa's aggregator machine, which does exactly that and nothing else each step (it sums the
+message and applies the optimizer, never a forward or a backward); DistDGL's trainers all-reduce
+and step the same model, so the same figure is charged to them. Bytes split the same way:
+DistDGL's machines carry their gradient all-reduce, a ring over P trainers, 2(P-1)/P of a message
+each way per step whatever the seeds, plus the pulls, which scale with seeds(P) and with the remote
+share of a sampled neighbourhood, (P - 1) / P; Grappa's messages are the model's size: with the ring
+each member's share is 2(M-1)/M of a message each way, M = P + 1 (scaled by that factor from the
+measured P); with the star the aggregator reduced and served P of them per step.
+
+Machines are charged too: Grappa runs on P + 1 machines (its aggregator is one), DistDGL on P, so
+besides the epoch time the projections give machine-seconds per epoch (`machine_seconds`). All of it
+is a model: everything computed here is labelled a projection where it is shown.
 """
 from __future__ import annotations
 
@@ -77,10 +88,29 @@ class StepProfile:
     agg_cpu: float = 0.0  # Grappa's aggregator machine, per step
     agg_sent: float = 0.0
     agg_received: float = 0.0
+    fixed_cpu: float = 0.0  # of worker_cpu: the step's all-reduce and optimizer, whatever the seeds
+    message_bytes: float = 0.0  # DistDGL: its gradient all-reduce's message (4 B a parameter)
 
 
-def profile(system: str, machines: list[dict], steps: int) -> StepProfile:
-    """Grappa's machine 0 is the aggregator; DistDGL's machines are all alike."""
+def machines_charged(system: str, p: int) -> int:
+    """Machines a job of `p` workers occupies: Grappa's aggregator is one more."""
+    return p if system.startswith("distdgl") else p + 1
+
+
+def machine_seconds(epoch_seconds: float, system: str, p: int) -> float:
+    return epoch_seconds * machines_charged(system, p)
+
+
+def ring_share(members: int) -> float:
+    """Bytes each member of a ring all-reduce passes each way, in messages: 2(M-1)/M."""
+    return 2 * (members - 1) / members if members > 1 else 0.0
+
+
+def profile(system: str, machines: list[dict], steps: int, fixed_cpu: float | None = None,
+            message_bytes: float = 0.0) -> StepProfile:
+    """Grappa's machine 0 is the aggregator, whose per-step CPU is the fixed part of a member's
+    step; DistDGL's machines are all alike, and their fixed part (`fixed_cpu`, per step) and
+    all-reduce message (`message_bytes`) come from the same model's Grappa run."""
     workers = machines if system.startswith("distdgl") else machines[1:]
     busiest = max(workers, key=lambda m: m["cpu_seconds"])
     prof = StepProfile(system, len(workers), steps, busiest["cpu_seconds"] / steps,
@@ -90,7 +120,17 @@ def profile(system: str, machines: list[dict], steps: int) -> StepProfile:
         agg = machines[0]
         prof.agg_cpu, prof.agg_sent, prof.agg_received = (
             agg["cpu_seconds"] / steps, agg["sent_bytes"] / steps, agg["received_bytes"] / steps)
+        if system == "grappa":  # the ring's aggregator does a member's fixed work and no more
+            prof.fixed_cpu = min(prof.agg_cpu, prof.worker_cpu)
+    else:
+        prof.fixed_cpu = min(fixed_cpu or 0.0, prof.worker_cpu)
+        prof.message_bytes = message_bytes
     return prof
+
+
+def scaled_cpu(prof: StepProfile, seeds: float) -> float:
+    """A worker's CPU per step with `seeds` times the measured seeds: the fixed part kept."""
+    return prof.fixed_cpu + (prof.worker_cpu - prof.fixed_cpu) * seeds
 
 
 def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple[list[dict], int]:
@@ -99,15 +139,20 @@ def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple
     seeds = seeds_per_step(n_train, machines, batch) / seeds_per_step(n_train, prof.machines, batch)
     if prof.system.startswith("distdgl"):
         remote = ((machines - 1) / machines) / max((prof.machines - 1) / prof.machines, 1e-9)
-        one = {"cpu_seconds": steps * prof.worker_cpu * seeds,
-               "sent_bytes": int(steps * prof.worker_sent * seeds * remote),
-               "received_bytes": int(steps * prof.worker_received * seeds * remote)}
+        ring_then, ring_now = (ring_share(prof.machines) * prof.message_bytes,
+                               ring_share(machines) * prof.message_bytes)
+
+        def pulls(measured: float) -> float:  # the all-reduce's fixed bytes, then the seeds' pulls
+            return ring_now + max(measured - ring_then, 0.0) * seeds * remote
+        one = {"cpu_seconds": steps * scaled_cpu(prof, seeds),
+               "sent_bytes": int(steps * pulls(prof.worker_sent)),
+               "received_bytes": int(steps * pulls(prof.worker_received))}
         return [one] * machines, steps
     if prof.system == "grappa":  # ring: every member's share is 2(M-1)/M of a message, M = P + 1
         share = (machines / (machines + 1)) / (prof.machines / (prof.machines + 1))
         agg = {"cpu_seconds": steps * prof.agg_cpu, "sent_bytes": int(steps * prof.agg_sent * share),
                "received_bytes": int(steps * prof.agg_received * share)}
-        worker = {"cpu_seconds": steps * prof.worker_cpu * seeds,
+        worker = {"cpu_seconds": steps * scaled_cpu(prof, seeds),
                   "sent_bytes": int(steps * prof.worker_sent * share),
                   "received_bytes": int(steps * prof.worker_received * share)}
         return [agg] + [worker] * machines, steps

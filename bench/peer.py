@@ -6,7 +6,10 @@ its own environment): P machines, each with one DistGraph server and one trainer
 partitions, the same model, fanouts, batch size, learning rate and epochs. The full-communication
 mode has no mini-batch path: it runs full-graph GraphSAGE on the same partitions (labelled so).
 Bytes and CPU come from bench/probe.py for every system (kernel counters of each namespace's link,
-CPU seconds of its processes), beside Grappa's own exact counters. Results accumulate in
+CPU seconds of its processes), beside Grappa's own exact counters and, per worker and round, the
+bytes each Grappa worker read from the chunk store (which no link here carries). Every run of every
+system waits for a quiet machine (1-minute load average at most --quiet-load) and is refused when it
+stays busy; the load averages before and after each run are in its record. Results accumulate in
 docs/results/peer-runs.json (delete entries to re-measure); bench/render_peer.py writes
 docs/results/peer.md, its plots and the cluster-time projections (bench/cluster_model.py).
 
@@ -39,7 +42,7 @@ from grappa.runtime.local_job import LocalJob  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 from network import save  # noqa: E402
 from probe import Probe  # noqa: E402
-from render_peer import best_val_test, render  # noqa: E402
+from render_peer import QUIET_LOAD, best_val_test, render  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 SHOWN = ("epoch_seconds", "kernel_bytes_per_epoch", "test_acc", "error")  # printed per run
@@ -50,6 +53,34 @@ DATASETS = {
     "rmat-20": {"name": "rmat", "synthetic": {"scale": 20, "numFeatures": 64}},
     "tiny": {"name": "csbm", "synthetic": {"numNodes": 2000, "numFeatures": 16}},
 }
+
+
+QUIET_WAIT_S = 600  # how long a run waits for the machine to be quiet before it is refused
+
+
+class MachineBusy(RuntimeError):
+    """The machine was not quiet before a run: the cell is refused, not measured."""
+
+
+def load_now() -> list[float]:
+    """The 1-, 5- and 15-minute load averages."""
+    return [round(x, 3) for x in os.getloadavg()]
+
+
+def wait_quiet(limit: float = QUIET_LOAD, wait_s: float = QUIET_WAIT_S, read=load_now,
+               sleep=time.sleep, clock=time.monotonic, poll_s: float = 10.0) -> list[float]:
+    """The load averages once the 1-minute one is at most `limit`, read every `poll_s` for up to
+    `wait_s` (the previous job's processes leave it as e^(-t/60): from 8 to 1 in about 2 minutes);
+    raises MachineBusy, naming the load, when the machine stays busy."""
+    deadline = clock() + wait_s
+    while True:
+        load = read()
+        if load[0] <= limit:
+            return load
+        if clock() >= deadline:
+            raise MachineBusy(f"machine busy: 1-minute load average {load[0]:.2f} > {limit:.2f} "
+                              f"after waiting {wait_s:.0f} s (load {load}); the cell is refused")
+        sleep(poll_s)
 
 
 def grappa_config(dataset: str, strategy: str, partitions: int, layers: int, epochs: int,
@@ -127,6 +158,9 @@ class Peer:
         whole = probe.window(probe.times[0], probe.times[-1])
         for e, h in zip(epochs, hist):  # our exact counters, per worker, both directions
             e["ours_worker_bytes"] = [t + f for t, f in zip(h["worker_train_bytes"], h["worker_fetch_bytes"])]
+            # beside the kernel's bytes, what no link here carries: each worker's reads from the
+            # chunk store in the epoch's round so far (structure, own and halo rows; all, distinct)
+            e["store_read_bytes"] = h.get("worker_store_read_bytes")
         curve, t = [], 0.0
         for h in hist:
             t += h["train_seconds"]
@@ -140,7 +174,9 @@ class Peer:
             # the aggregator's own counters of every kind, over its epochs (set-up before excluded)
             "ours_aggregator_bytes_total": sum(h["train_bytes"] + h["eval_bytes"] + h["control_bytes"]
                                                for h in hist),
-            "test_acc": report["result"]["test_acc"]})
+            "test_acc": report["result"]["test_acc"],
+            # per worker and round: bytes read from the chunk store (report.json's store_reads)
+            "store_reads": report.get("store_reads")})
 
     def run_distdgl(self, dataset: str, cfg: TrainConfig, net: ThrottledNetwork, out: Path,
                     method: str = "metis") -> dict:
@@ -176,11 +212,19 @@ def network(ranks: int, preset: str) -> ThrottledNetwork:
 
 
 def run_one(peer: Peer, system: str, dataset: str, p: int, layers: int, preset: str, epochs: int,
-            eval_every: int) -> dict:
+            eval_every: int, quiet: Optional[float] = QUIET_LOAD) -> dict:
+    """One job of any system. Before it the machine must be quiet (1-minute load average at most
+    `quiet`, waited for; None: not required): else MachineBusy and no measurement. The load
+    averages before and after the job are part of the record, for every system."""
     cfg = grappa_config(dataset, "full" if system == "full" else "grappa", p, layers, epochs, eval_every,
                         peer.work)
     dgl = system.startswith("distdgl")  # distdgl: METIS partitions; distdgl-random: random ones
     ranks = p if dgl else p + 1  # Grappa's aggregator is a machine of its own
+    if dgl:
+        peer.dgl_partitions(dataset, p, "random" if system == "distdgl-random" else "metis")  # not timed
+    else:
+        prepare_store(cfg, progress=False)
+    load_before = load_now() if quiet is None else wait_quiet(quiet)
     t0 = time.perf_counter()
     with network(ranks, preset) as net:
         if dgl:
@@ -189,15 +233,16 @@ def run_one(peer: Peer, system: str, dataset: str, p: int, layers: int, preset: 
         else:
             rec = peer.run_grappa(cfg, net)
     return {**rec, "wall_seconds": time.perf_counter() - t0, "network_tag": net.tag, "fanouts": cfg.fanouts,
-            # what else the machine ran meanwhile: 1-minute load average at the end of the job
-            "load_average": os.getloadavg()[0],
+            # 1-, 5- and 15-minute load averages right before the job (what else ran: the cell is
+            # refused above `quiet`) and at its end (which counts the job's own processes too)
+            "load_before": load_before, "load_after": load_now(), "quiet_limit": quiet,
             "batch_size": cfg.training.batch_size, "train_nodes": int(peer.graph(dataset)[0].train_mask.sum())}
 
 
 def smoke(work: Path) -> dict:
     """Both systems on a tiny graph, P = 2, 2 epochs, 100 Mbit/s."""
     peer = Peer(work)
-    return {s: run_one(peer, s, "tiny", 2, 2, "100mbit", 2, 1) for s in ("grappa", "distdgl")}
+    return {s: run_one(peer, s, "tiny", 2, 2, "100mbit", 2, 1, quiet=None) for s in ("grappa", "distdgl")}
 
 
 def main() -> None:
@@ -214,6 +259,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--quiet-load", type=float, default=QUIET_LOAD,
+                    help="a run starts only when the 1-minute load average is at most this (waited for "
+                         f"up to {QUIET_WAIT_S} s, else the cell is refused and tried again next time)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
@@ -256,11 +304,13 @@ def measure(args, runs: dict, runs_path: Path, peer: Peer) -> None:
                     for rep in range(args.repeats):
                         for system in args.systems.split(","):
                             key = f"{args.experiment}|{dataset}|{p}|{layers}|{system}|{preset}|{rep}"
-                            if key in runs:
+                            if key in runs and not runs[key].get("refused"):  # a refused cell is tried again
                                 continue
                             try:
                                 runs[key] = run_one(peer, system, dataset, p, layers, preset, args.epochs,
-                                                    eval_every)
+                                                    eval_every, quiet=args.quiet_load)
+                            except MachineBusy as err:
+                                runs[key] = {"system": system, "error": str(err), "refused": True}
                             except Exception as err:  # noqa: BLE001 - recorded, the grid goes on
                                 runs[key] = {"system": system, "error": str(err)[-2000:]}
                             runs[key]["epochs_run"] = args.epochs

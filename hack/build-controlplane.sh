@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane used by the e2e suite from source (no Docker, no downloads of
-# prebuilt binaries): kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, helm.
+# prebuilt binaries): kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd; and
+# helm (`--helm`) in a folder of its own, since a kind node needs only the others and is built first.
 #
 # Sources come through the Go module proxy, pinned by the wrapper modules in hack/controlplane/.
 # Output goes to a versioned cache folder that is reused while the pins, this script and the Go
@@ -84,7 +85,7 @@ build_helm() {  # prints helm's bin folder, building it once per version
         htmp=$(mktemp -d "$cache/.helm-build.XXXXXX")
         helm_commit=$(modfield "$htmp" "$helm_pkg@$HELM_VERSION" Hash)
         log "building helm ..."
-        (cd "$htmp" && GOBIN="$htmp/bin" nice -n 10 go install -p "$jobs" -trimpath -buildvcs=false -ldflags "-s -w \
+        (cd "$htmp" && GOBIN="$htmp/bin" go install -p "$jobs" -trimpath -buildvcs=false -ldflags "-s -w \
             -X $helm_pkg/internal/version.version=$HELM_VERSION -X $helm_pkg/internal/version.gitTreeState=clean \
             -X $helm_pkg/internal/version.gitCommit=$helm_commit \
             -X $helm_pkg/pkg/lint/rules.k8sVersionMajor=$HELM_K8S_MAJOR \
@@ -124,7 +125,7 @@ gobuild() {  # gobuild <module dir> <output name, or "" for several packages> <g
     local dir=$1 name=$2 start=$SECONDS
     shift 2
     log "building ${name:-${*: -4}} ..."
-    (cd "$dir" && nice -n 10 go build -p "$jobs" -mod=readonly -trimpath -buildvcs=false \
+    (cd "$dir" && go build -p "$jobs" -mod=readonly -trimpath -buildvcs=false \
         -o "$tmp/bin/$name" "$@")
     log "built ${name:-them} in $((SECONDS - start))s ($(du -ch "$tmp/bin/"* | tail -1 | cut -f1) in bin/)"
 }
@@ -147,10 +148,7 @@ gobuild "$cp_dir/kubernetes" "" -tags selinux,notest,grpcnotrace -ldflags "$k8s_
 gobuild "$cp_dir/etcd" etcd \
     -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" go.etcd.io/etcd/server/v3
 
-helm_bin=$(build_helm)
-cp "$helm_bin/helm" "$tmp/bin/helm"
-
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
     "$tmp/bin/$b" --version >/dev/null 2>&1 || "$tmp/bin/$b" version --client >/dev/null 2>&1 \
         || "$tmp/bin/$b" version >/dev/null 2>&1 || { log "$b does not run"; exit 1; }
 done
@@ -158,7 +156,6 @@ done
 cat >"$tmp/.stamp" <<EOF
 kubernetes=$K8S_VERSION
 etcd=$ETCD_VERSION
-helm=$HELM_VERSION
 go=$(go env GOVERSION)
 key=$key
 built=$(date -u +%Y-%m-%dT%H:%M:%SZ)

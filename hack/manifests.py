@@ -30,10 +30,14 @@ HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
 
 
 def find_helm() -> str | None:
+    # `make test` builds helm beside the unit tests: the tests that run it wait for it
+    # ($GRAPPA_TOOLS_READY, tests/conftest.py), so its path counts before the file exists.
+    if os.environ.get("GRAPPA_TOOLS_HELM"):
+        return os.environ["GRAPPA_TOOLS_HELM"]
     for candidate in (os.environ.get("HELM"),
                       os.path.join(os.environ.get("GRAPPA_CONTROLPLANE_BIN", ""), "helm"),
                       shutil.which("helm"),
-                      *sorted(glob.glob(os.path.expanduser("~/.cache/grappa/controlplane-*/bin/helm")))[-1:]):
+                      *sorted(glob.glob(os.path.expanduser("~/.cache/grappa/helm-*/bin/helm")))[-1:]):
         if candidate and os.access(candidate, os.X_OK) and os.path.isfile(candidate):
             return candidate
     return None

@@ -56,9 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
     lanes.start(config)
 
 
-# Unit tests that run a tool `make test` builds after the unit tests start (kube-score, built
-# beside them on a cold machine): last in the unit lane, so nothing waits for it.
-LATE = ("test_op_kube_score.py",)
+# Unit tests that run a tool `make test` builds after the unit tests start (helm, then kube-score,
+# built after the cluster's binaries on a cold machine): last in the unit lane, so little waits.
+LATE = ("test_op_helm.py", "test_op_monitoring.py", "test_manifests.py", "test_images.py", "test_op_kube_score.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
@@ -72,6 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # Outside pytest-timeout's timer (this wrapper is outermost): what the bed still builds is
     # waited for here, not in a fixture that the test's timeout would cut short.
+    if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
+        kind_bed.wait_for(kind_bed.TOOLS, "helm")
     if item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.CLUSTER, "cluster")
         if any(m.args[:1] == ("kueue",) for m in item.iter_markers("xdist_group")):

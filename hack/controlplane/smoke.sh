@@ -11,6 +11,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BIN=${1:-$("$here/../build-controlplane.sh" | tail -1)}
+HELM=${HELM:-$("$here/../build-controlplane.sh" --helm | tail -1)/helm}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grappa-cp-smoke.XXXXXX")
 pids=()
 cleanup() {
@@ -143,6 +144,6 @@ done
 log "controller-manager and scheduler healthy"
 
 # helm against the live apiserver (no chart install; just that it talks to the cluster).
-"$BIN/helm" version
-"$BIN/helm" list -A >/dev/null
+"$HELM" version
+"$HELM" list -A >/dev/null
 log "OK"

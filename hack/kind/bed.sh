@@ -32,7 +32,7 @@ build() {
     await rootfs-python
     job images "$KIND_DIR/images.sh" grappa
     await go-k8s
-    job kueue-binary "$KIND_DIR/kueue.sh" binary  # needed last (installed beside the e2e tests)
+    job go-tools go_tools
     await rootfs-kind go-fetch
     phase node-image "$KIND_DIR/build-node.sh" assemble
     await images
@@ -46,19 +46,23 @@ fetch_modules() {
     done
 }
 
-go_k8s() {  # the Go builds, one at a time (each keeps both cores busy)
-    # First what the unit tests run: helm (hack/kind/suite.sh starts pytest once it is there) and
-    # kube-score (its test runs last in the unit lane, and waits for this build's lock).
-    phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null || { touch "$BED/run/tools.failed"; return 1; }
-    touch "$BED/run/tools.ready"
-    phase kube-score "$REPO/hack/kube-score.sh" >/dev/null
-    # Then the Kubernetes binaries: the control plane's, then the node's (the same Go build cache).
+go_k8s() {  # what the cluster needs, first: the control plane's binaries, then the node's (they
+    # share the Go build cache; each build keeps both cores busy, so one at a time)
     phase controlplane "$REPO/hack/build-controlplane.sh" >/dev/null
     phase node-binaries "$KIND_DIR/build-node.sh" binaries
 }
 
+go_tools() {  # the Go builds after the cluster's, beside the node image and the cluster's start
+    # helm (the e2e tests' and a few unit tests', which wait for $GRAPPA_TOOLS_READY; the unit
+    # ones last in their lane: tests/conftest.py LATE), kube-score, then Kueue's manager.
+    phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null || { touch "$BED/run/tools.failed"; return 1; }
+    touch "$BED/run/tools.ready"  # kube-score's test builds it itself if it comes first (one lock)
+    phase kube-score "$REPO/hack/kube-score.sh" >/dev/null
+    phase kueue-binary "$KIND_DIR/kueue.sh" binary
+}
+
 kueue_image() {
-    await kueue-binary
+    await go-tools
     phase kueue-image "$KIND_DIR/kueue.sh" image
 }
 
@@ -128,7 +132,7 @@ teardown() {
 }
 
 run() {  # run [--early] <command...>
-    local kubeconfig=$BED/run/kubeconfig child=0 rc=0 cp_bin early=0 start
+    local kubeconfig=$BED/run/kubeconfig child=0 rc=0 cp_bin helm_bin early=0 start
     [[ $1 == --early ]] && { early=1; shift; }
     forward_policy=$(iptables -S FORWARD | awk '$1 == "-P" {print $3}')
     python3 "$KIND_DIR/hoststate.py" snapshot >"$BED/run/hoststate-before.json"
@@ -154,7 +158,8 @@ run() {  # run [--early] <command...>
         done
     fi
     cp_bin=$("$REPO/hack/build-controlplane.sh" --path | tail -1)  # kubectl and helm, once built
-    export PATH=$cp_bin:$("$REPO/hack/build-controlplane.sh" --helm-path | tail -1):$PATH
+    helm_bin=$("$REPO/hack/build-controlplane.sh" --helm-path | tail -1)
+    export PATH=$cp_bin:$helm_bin:$PATH GRAPPA_TOOLS_HELM=$helm_bin/helm
     export KUBECONFIG=$kubeconfig GRAPPA_E2E_USE_KUBECONFIG=1 GRAPPA_CONTROLPLANE_BIN=$cp_bin \
         GRAPPA_E2E_CLUSTER_READY=$BED/run/cluster.ready GRAPPA_E2E_KUEUE_READY=$BED/run/kueue.ready \
         GRAPPA_TOOLS_READY=$BED/run/tools.ready \

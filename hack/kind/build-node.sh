@@ -23,7 +23,7 @@ BASE_PACKAGES=systemd,systemd-sysv,dbus,conntrack,iptables,nftables,iproute2,eth
 image_key() { docker image inspect -f '{{index .Config.Labels "grappa.bed.key"}}' "$1" 2>/dev/null || true; }
 quirks=$(quirk_no_sys_resource && echo nosysres; quirk_cgroup_v1 && echo cgroupv1; true)
 key=$( (echo "$K8S $KIND_VERSION $BASE_PACKAGES $quirks"; cat "$KIND_DIR/build-node.sh" "$KIND_DIR/runtime/runc-node" \
-        "$KIND_DIR/node/"* "$KIND_DIR/node-module/go.sum" "$REPO/hack/build-controlplane.sh"; go env GOVERSION) | sha256sum | cut -c1-16)
+        "$KIND_DIR/node/"* "$KIND_DIR/node-module/go.sum" "$KIND_DIR/node-module/coredns/main.go" "$REPO/hack/build-controlplane.sh"; go env GOVERSION) | sha256sum | cut -c1-16)
 work=$BED/node-build
 
 build_quietly() {  # docker build --network none <args>, its output kept for a failure
@@ -34,10 +34,10 @@ build_quietly() {  # docker build --network none <args>, its output kept for a f
 kind_cli() {
     [[ -x $BED/bin/kind && $("$BED/bin/kind" version 2>/dev/null) == *"$KIND_VERSION "* ]] && return
     log "kind $KIND_VERSION (go install) ..."
-    GOBIN=$BED/bin nice -n 10 go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kind@$KIND_VERSION"
+    GOBIN=$BED/bin go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kind@$KIND_VERSION"
 }
 
-binaries() {  # kubelet, kubeadm, kube-proxy; the control plane's own from its cache
+binaries() {  # kubelet, kubeadm, kube-proxy, CoreDNS; the control plane's own from its cache
     local cp_bin ldflags=-s\ -w pkg cmd start
     cp_bin=$(GRAPPA_CACHE=$GRAPPA_CACHE "$REPO/hack/build-controlplane.sh" | tail -1)
     mkdir -p "$work/bin"
@@ -45,13 +45,13 @@ binaries() {  # kubelet, kubeadm, kube-proxy; the control plane's own from its c
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $pkg.gitVersion=$K8S -X $pkg.gitMajor=$(cut -d. -f1 <<<"${K8S#v}") -X $pkg.gitMinor=$(cut -d. -f2 <<<"$K8S") -X $pkg.gitTreeState=clean"
     done
-    # One `go build` for the three: packages they share compile once, and one binary links
-    # while the others still compile (both cores busy to the end).
+    # One `go build` for the four: packages they share (the Kubernetes client among them) compile
+    # once, and one binary links while the others still compile (both cores busy to the end).
     start=$SECONDS
-    (cd "$KIND_DIR/node-module" && nice -n 10 go build -p "${GRAPPA_BUILD_JOBS:-2}" -mod=readonly -trimpath \
+    (cd "$KIND_DIR/node-module" && go build -p "${GRAPPA_BUILD_JOBS:-2}" -mod=readonly -trimpath \
         -buildvcs=false -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/bin/" \
-        k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy)
-    log "built kubelet, kubeadm, kube-proxy in $((SECONDS - start))s"
+        k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy ./coredns)
+    log "built kubelet, kubeadm, kube-proxy, coredns in $((SECONDS - start))s"
 }
 
 kind_base() {  # kindest/base from Debian packages and kind's own files
@@ -61,7 +61,7 @@ kind_base() {  # kindest/base from Debian packages and kind's own files
     cp -r "$kind_src/images/base/files" "$work/base/files" && chmod -R u+w,a+rX "$work/base"
     chmod 0755 "$work/base/files/usr/local/bin/"* "$work/base/files/kind/bin/"*
     log "kind base rootfs from Debian $DEBIAN_SUITE packages (mmdebstrap) ..."
-    nice -n 10 mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
+    mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
@@ -105,12 +105,19 @@ one_binary_image() {  # <tag> <binary> [base]: the binary as entrypoint, saved f
     echo "$tag" >>"$work/node-images.txt"
 }
 
+coredns_pinned() {  # coredns_pinned <the version kubeadm asks for>
+    local pinned
+    pinned=$(cd "$KIND_DIR/node-module" && go list -m -f '{{.Version}}' github.com/coredns/coredns)
+    [[ $pinned == "$1" ]] || die "kubeadm $K8S asks for CoreDNS $1 but hack/kind/node-module pins $pinned:" \
+        "cd hack/kind/node-module && go get github.com/coredns/coredns@$1 && go mod tidy"
+}
+
 compile_tools() {  # the cluster images' binaries: exactly the tags kubeadm asks for, then kind's storage
     local ref kind_src
     "$work/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>/dev/null >"$work/kubeadm-images.txt"
     for ref in $(cat "$work/kubeadm-images.txt"); do
         case ${ref%%:*} in
-            */coredns) GOBIN=$work/bin nice -n 10 go install -trimpath -ldflags '-s -w' "github.com/coredns/coredns@${ref##*:}" ;;
+            */coredns) coredns_pinned "${ref##*:}" ;;  # built by binaries() from node-module/coredns
             */pause) gcc -Os -static -DVERSION="${ref##*:}" -o "$work/bin/pause" \
                          "$(cd "$KIND_DIR/node-module" && go mod download -json "k8s.io/kubernetes@$K8S" | jq -r .Dir)/build/pause/linux/pause.c"
                      strip "$work/bin/pause" ;;
@@ -119,7 +126,7 @@ compile_tools() {  # the cluster images' binaries: exactly the tags kubeadm asks
     kind_src=$(cd "$KIND_DIR/node-module" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
     python3 "$KIND_DIR/node/storage-manifest.py" "$kind_src/pkg/build/nodeimage/const_storage.go" \
         "$work/default-storage.yaml" >"$work/storage-images.txt"
-    GOBIN=$work/bin nice -n 10 go install -trimpath -ldflags '-s -w' "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
+    GOBIN=$work/bin go install -trimpath -ldflags '-s -w' "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
 }
 
 cluster_images() {  # each binary as a one-binary image, tagged as kubeadm and kind name them

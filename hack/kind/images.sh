@@ -19,7 +19,7 @@ base_image() {
     log "python:3.11-slim from Debian $DEBIAN_SUITE packages (mmdebstrap) ..."
     command -v mmdebstrap >/dev/null || die "mmdebstrap not found: apt-get install mmdebstrap"
     local tar=$BED/run/python-rootfs.tar
-    nice -n 10 mmdebstrap --quiet --variant=minbase --include="$PY_PACKAGES" \
+    mmdebstrap --quiet --variant=minbase --include="$PY_PACKAGES" \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
@@ -58,7 +58,7 @@ grappa_images() {
     # The build a user runs (`make images`, hack/images.sh) without REGISTRY, so nothing is pushed;
     # offline: no network, pip reads the wheelhouse linked into the context.
     log "grappa-operator:bed, grappa-trainer:bed: make images (wheels from $wheels) ..."
-    nice -n 10 make -s -C "$REPO" images REGISTRY= VERSION=bed IMAGE_CONTEXT="$ctx" \
+    make -s -C "$REPO" images REGISTRY= VERSION=bed IMAGE_CONTEXT="$ctx" \
         DOCKER_BUILD_FLAGS="--network none --build-arg WHEELS=local --label grappa.bed.key=$key" \
         >>"$BED/logs/build-images.log" \
         || { tail -30 "$BED/logs/build-images.log" >&2; die "make images failed (log: $BED/logs/build-images.log)"; }

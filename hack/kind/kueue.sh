@@ -25,7 +25,7 @@ binary() {
         src=$BED/run/kueue-src
         rm -rf "$src" "$dir.tmp" && mkdir -p "$src" "$dir.tmp"
         tar -xzf "$KUEUE_SRC" -C "$src" --strip-components=1
-        (cd "$src" && GOPROXY=off GOFLAGS=-mod=vendor nice -n 10 go build -p "${GRAPPA_BUILD_JOBS:-2}" -trimpath \
+        (cd "$src" && GOPROXY=off GOFLAGS=-mod=vendor go build -p "${GRAPPA_BUILD_JOBS:-2}" -trimpath \
             -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
             -o "$dir.tmp/manager" ./cmd/kueue) >&2
         cp -r "$src/charts/kueue" "$dir.tmp/chart"

@@ -1,11 +1,11 @@
 """`helm lint` and `helm template` with a real helm (skipped when none is installed)."""
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,18 +13,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "grappa"
+sys.path.insert(0, str(REPO / "hack"))
+from manifests import find_helm  # noqa: E402
 
-
-def find_helm() -> str | None:
-    bin_dir = os.environ.get("GRAPPA_CONTROLPLANE_BIN")
-    if bin_dir and os.access(Path(bin_dir) / "helm", os.X_OK):
-        return str(Path(bin_dir) / "helm")
-    found = shutil.which("helm")
-    if found:
-        return found
-    cached = sorted(glob.glob(os.path.expanduser("~/.cache/grappa/controlplane-*/bin/helm")))
-    return cached[-1] if cached else None
-
+import kind_bed  # noqa: E402
 
 HELM = find_helm()
 pytestmark = pytest.mark.skipif(HELM is None, reason="no helm binary ($GRAPPA_CONTROLPLANE_BIN/helm or PATH)")
@@ -33,6 +25,7 @@ pytestmark = pytest.mark.skipif(HELM is None, reason="no helm binary ($GRAPPA_CO
 @pytest.fixture(scope="module", autouse=True)
 def helm_home(tmp_path_factory):
     global HELM_HOME
+    kind_bed.require(kind_bed.TOOLS, "helm")  # built by `make test` beside the unit tests
     HELM_HOME = tmp_path_factory.mktemp("helm")  # helm writes caches: keep them out of $HOME
 
 

@@ -47,6 +47,21 @@ class TrainerMetrics:
         }
         self._published: dict[tuple[str, str], int] = {}
         self._labels = labels
+        # Chunk-store reads (workers): every byte read, across rounds, and this round's so far.
+        self._store_total = Counter(
+            "grappa_trainer_store_read_bytes", "Bytes this worker read from the chunk store, every read "
+            "counted, by kind: verify (whole files checked against their sha256, once per process), "
+            "structure (its local graph's build), own_features, halo_features.",
+            list(labels) + ["kind"], registry=self.registry)
+        self._store_round = Gauge(
+            "grappa_trainer_store_round_read_bytes", "Bytes this worker read from the chunk store in "
+            "the current round so far, every read counted, by kind.",
+            list(labels) + ["kind"], registry=self.registry)
+        self._store_round_distinct = Gauge(
+            "grappa_trainer_store_round_distinct_bytes", "Bytes of the distinct store rows and arrays "
+            "this worker read in the current round so far (what a fetch of them would move), by kind.",
+            list(labels) + ["kind"], registry=self.registry)
+        self._store_seen: tuple[int, dict[str, int]] = (0, {})
 
     def observe_bytes(self, counter) -> None:
         # The transport owns the totals; publish only what grew since the last call.
@@ -56,6 +71,20 @@ class TrainerMetrics:
                 if delta > 0:
                     self._bytes[direction].labels(**self._labels, kind=kind).inc(delta)
                     self._published[(direction, kind)] = total
+
+    def observe_store_reads(self, round_serial: int, reads: dict[str, int]) -> None:
+        """`reads`: LocalGraph.store_reads() of the round `round_serial` (FeatureRows.serial);
+        counts start from zero in every round, the counter keeps growing across rounds."""
+        serial, before = self._store_seen
+        if serial != round_serial:
+            before = {}
+        for kind in ("verify", "structure", "own_features", "halo_features"):
+            grown = reads[kind] - before.get(kind, 0)
+            if grown > 0:
+                self._store_total.labels(**self._labels, kind=kind).inc(grown)
+            self._store_round.labels(**self._labels, kind=kind).set(reads[kind])
+            self._store_round_distinct.labels(**self._labels, kind=kind).set(reads[f"{kind}_distinct"])
+        self._store_seen = (round_serial, dict(reads))
 
     def serve(self, port: int, addr: Optional[str] = None) -> None:
         # All interfaces by default, not $POD_IP: `kubectl port-forward` reaches the pod on 127.0.0.1.

@@ -28,6 +28,7 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
         "fetch_bytes_total": sum(sum(h.get("worker_fetch_bytes", [])) for h in history) // 2,
         "final": evals[-1] if evals else None,
         "memory": memory_summary(history),
+        "store_reads": store_reads_summary(history, extra["resumed_at"]),
         "history": history,
         **extra,
     }
@@ -86,6 +87,44 @@ def memory_summary(history: list[dict]) -> Optional[dict]:
         "aggregator_peak_pss_bytes": last.get("aggregator_peak_pss_bytes"),
         "job_peak_pss_bytes": sum(pss) + (last.get("aggregator_peak_pss_bytes") or 0),
     }
+
+
+STORE_READ_KINDS = ("verify", "structure", "own_features", "halo_features")
+
+
+def store_reads_summary(history: list[dict], resumed_at: list[int]) -> Optional[dict]:
+    """Bytes each worker read from the chunk store, per round: the last epoch's round-so-far counts
+    of each stretch of epochs on one local graph (a round, or what of it ran after a resume, which
+    rebuilds the graph), every read (`total`) and the distinct bytes, by kind; and the run's sums."""
+    recs = [h for h in history if h.get("worker_store_read_bytes")]
+    if not recs:
+        return None
+    stretches: list[list[dict]] = []
+    for h in recs:
+        fresh = not stretches or h["round"] != stretches[-1][-1]["round"] or \
+            h["epoch"] - 1 in resumed_at or h["epoch"] != stretches[-1][-1]["epoch"] + 1
+        if fresh:
+            stretches.append([h])
+        else:
+            stretches[-1].append(h)
+    rounds = []
+    for part in stretches:
+        last = part[-1]["worker_store_read_bytes"]
+        zeros = [0] * len(next(iter(last.values())))
+        per_worker = {k: last.get(k, zeros) for k in (kind + suffix for kind in STORE_READ_KINDS
+                                                      for suffix in ("", "_distinct"))}
+        per_worker["total"] = [sum(v) for v in zip(*(per_worker[k] for k in STORE_READ_KINDS))]
+        per_worker["total_distinct"] = [sum(v) for v in zip(*(per_worker[k + "_distinct"]
+                                                                for k in STORE_READ_KINDS))]
+        rounds.append({"round": part[0]["round"], "epochs": [part[0]["epoch"], part[-1]["epoch"]],
+                       "worker_bytes": per_worker})
+    keys = list(rounds[0]["worker_bytes"])
+    return {"what": "bytes read from the chunk store per worker and round: verify (whole files read once "
+                    "per process to check their sha256), structure (the local graph's build), own_features "
+                    "and halo_features (the rows the steps read); every read counted, and *_distinct: each "
+                    "byte once (what the store holds for what was read)",
+            "rounds": rounds,
+            "total_bytes": {k: sum(sum(r["worker_bytes"][k]) for r in rounds) for k in keys}}
 
 
 def dataset_label(dataset: dict) -> str:

@@ -4,12 +4,23 @@ Nothing is copied up front: `gather` reads just the rows asked for (a mini-batch
 nodes, or once per round the rows full-graph training needs), grouped by chunk and in ascending
 row order so the page cache reads sequentially. The mapped pages are shared by every process on
 the machine that reads the same store (counted once in PSS).
+
+What is read is counted, split into the owned chunks' rows and the halo's: `own_bytes_read` and
+`halo_bytes_read` add every row each time it is read (the total), and a map of one byte per local
+row remembers which rows were ever read, so `distinct_bytes()` is what the store holds for the rows
+this object has read. One object serves one round (`local_graph.build_local_graph` makes a new one),
+so the counts are per round; `serial` tells rounds apart.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import torch
 from torch import Tensor
+
+
+_SERIAL = itertools.count(1)
 
 
 class FeatureRows:
@@ -25,7 +36,24 @@ class FeatureRows:
         self.halo_chunk, self.halo_row = halo_chunk, halo_row
         self.num_owned = int(owned_offsets[-1])
         self.num_features = num_features
-        self.bytes_read = 0
+        first = next(iter(maps.values()), None)
+        self.row_bytes = num_features * (first.dtype.itemsize if first is not None else 4)
+        self.own_bytes_read = 0   # every owned row each time it is read
+        self.halo_bytes_read = 0  # every halo row each time it is read
+        # which local rows were ever read: one byte per local row (the local graph holds ~20 per node)
+        self._seen = np.zeros(self.num_owned + int(np.asarray(halo_chunk).size), dtype=bool)
+        self.serial = next(_SERIAL)
+
+    @property
+    def bytes_read(self) -> int:
+        """Feature bytes read from the store, owned and halo rows, every read counted."""
+        return self.own_bytes_read + self.halo_bytes_read
+
+    def distinct_bytes(self) -> tuple[int, int]:
+        """(owned, halo) bytes of the distinct rows read so far: what the store holds for them."""
+        own = int(np.count_nonzero(self._seen[:self.num_owned]))
+        halo = int(np.count_nonzero(self._seen[self.num_owned:]))
+        return own * self.row_bytes, halo * self.row_bytes
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(chunk, row in that chunk's x.npy) of every local id."""
@@ -48,6 +76,7 @@ class FeatureRows:
         if not ids.size:
             return torch.from_numpy(out)
         chunk, row = self._locate(ids)
+        self._seen[ids] = True
         order = np.lexsort((row, chunk))  # by chunk, then ascending row: sequential reads
         chunk_sorted = chunk[order]
         bounds = np.flatnonzero(np.r_[True, chunk_sorted[1:] != chunk_sorted[:-1], True])
@@ -55,5 +84,9 @@ class FeatureRows:
             sel = order[a:b]
             x_map = self.maps[int(chunk_sorted[a])]
             out[sel] = x_map[row[sel]]
-            self.bytes_read += int(b - a) * x_map.strides[0]
+            read = int(b - a) * x_map.strides[0]
+            if ids[sel[0]] < self.num_owned:  # a chunk is owned or holds halo rows, never both
+                self.own_bytes_read += read
+            else:
+                self.halo_bytes_read += read
         return torch.from_numpy(out)

@@ -7,6 +7,15 @@ rows but no in-edges, so message passing stops at them. Local ids: owned first (
 first, each chunk in its row order), then the halo in ascending global id. Memory: 4 bytes per
 local edge, about 20 per local node; features stay in the store's memory maps (`FeatureRows`).
 Building it holds a few slabs on top, never a second per-edge array.
+
+Store reads are counted per round (`store_reads`): the structure the build reads (the owned
+chunks' nodes, indptr, y and split once and their indices twice, one pass to find the distinct
+sources and one to relabel them; for every other chunk the halo reaches, its nodes array, searched
+for the halo's rows, and the halo rows' two indptr entries, their degree), then the feature rows
+the round's steps read (`FeatureRows`: owned and halo rows, every read and the distinct rows);
+and apart, `verify`: the whole files the build opened for the first time in this process, read
+once to check them against the manifest's sha256 (chunk_store.py), every file of every chunk the
+round touches, features included.
 """
 from __future__ import annotations
 
@@ -35,6 +44,18 @@ class LocalGraph:
     y: Tensor           # int64 [num_owned]
     split: Tensor       # uint8 [num_owned] split codes
     features: FeatureRows
+    structure_bytes: int = 0           # store bytes the build read, every pass counted
+    structure_distinct_bytes: int = 0  # the same bytes, each counted once
+    verify_bytes: int = 0              # whole files the build read to check their sha256
+
+    def store_reads(self) -> dict[str, int]:
+        """Bytes read from the store in this round so far: the build's structure and the feature
+        rows, owned and halo; each as every read (the total) and as the distinct bytes read."""
+        own, halo = self.features.distinct_bytes()
+        return {"verify": self.verify_bytes, "verify_distinct": self.verify_bytes,
+                "structure": self.structure_bytes, "structure_distinct": self.structure_distinct_bytes,
+                "own_features": self.features.own_bytes_read, "own_features_distinct": own,
+                "halo_features": self.features.halo_bytes_read, "halo_features_distinct": halo}
 
     @property
     def num_nodes(self) -> int:
@@ -117,6 +138,7 @@ def _distinct(arrays: Sequence[np.ndarray]) -> np.ndarray:
 def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional[int] = None) -> LocalGraph:
     """The owned chunks' CSR and the halo they reach, mapped to local ids."""
     chunks = list(base) + ([variable] if variable is not None else [])
+    hashed = store.bytes_hashed  # a file's first use in this process reads all of it, to check it
     maps = {k: store.chunk_maps(k) for k in chunks}
     sizes = [maps[k]["nodes"].shape[0] for k in chunks]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -159,6 +181,12 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
     halo_row = np.empty(halo.size, dtype=np.int64)
     halo_deg = np.empty(halo.size, dtype=np.int64)
     x_maps = {k: maps[k]["x"] for k in chunks}
+    # What the build reads from the store: the owned chunks' arrays (indices in two passes) ...
+    structure = structure_distinct = 0
+    for k in chunks:
+        once = sum(maps[k][name].nbytes for name in ("nodes", "indptr", "indices", "y", "split"))
+        structure += once + maps[k]["indices"].nbytes
+        structure_distinct += once
     for k in np.flatnonzero(np.bincount(halo_chunk, minlength=store.num_chunks)).tolist():
         sel = np.flatnonzero(halo_chunk == k)
         m = store.chunk_maps(k)
@@ -166,6 +194,9 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
         halo_row[sel] = rows
         halo_deg[sel] = m["indptr"][rows + 1] - m["indptr"][rows]
         x_maps[k] = m["x"]
+        # ... and per chunk the halo reaches: its nodes (searched) and two indptr entries a row
+        structure += m["nodes"].nbytes + 2 * rows.size * m["indptr"].itemsize
+        structure_distinct += m["nodes"].nbytes + np.union1d(rows, rows + 1).size * m["indptr"].itemsize
 
     owned_ids = np.concatenate([np.asarray(maps[k]["nodes"]) for k in chunks]).astype(np.int64)
     owned_deg = np.diff(indptr_owned)
@@ -179,4 +210,5 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
         deg=torch.from_numpy(np.concatenate([owned_deg, halo_deg]).astype(np.int32)),
         y=torch.from_numpy(np.concatenate([np.asarray(maps[k]["y"]) for k in chunks]).astype(np.int64)),
         split=torch.from_numpy(np.concatenate([np.asarray(maps[k]["split"]) for k in chunks])),
-        features=features)
+        features=features, structure_bytes=int(structure), structure_distinct_bytes=int(structure_distinct),
+        verify_bytes=int(store.bytes_hashed - hashed))

@@ -150,6 +150,10 @@ class Aggregator:
                 "worker_peak_pss_bytes": [int(r[5]) for r in reports],
                 "worker_local_nodes": [int(r[6]) for r in reports],
                 "worker_local_edges": [int(r[7]) for r in reports],
+                # per worker, bytes read from the chunk store in this round so far (round's build
+                # included): structure, owned and halo feature rows, every read and distinct
+                "worker_store_read_bytes": {k: [int(r[9 + i]) for r in reports]
+                                            for i, k in enumerate(proto.STORE_READS)},
                 "aggregator_peak_rss_bytes": self.memory.peak_rss,
                 "aggregator_peak_pss_bytes": self.memory.peak_pss}
 

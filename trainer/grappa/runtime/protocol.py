@@ -7,10 +7,12 @@ Step: one all-reduce over every rank, layout in exchange.py (no parameters trave
 Replica (aggregator -> worker, after a start, a resume or a RETEXO stage): float32 parameters |
 float buffers, then the optimizer state as a variable-size uint8 message (replica.py).
 Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
-Epoch report (worker -> aggregator, after each epoch's steps), float64[9]: this epoch's train bytes
+Epoch report (worker -> aggregator, after each epoch's steps), float64[17]: this epoch's train bytes
 sent, received, fetch bytes sent, received; peak RSS and peak PSS in bytes (memory.py); the
 round's local nodes and local edges (for bytes per local edge); the CRC-32 of its parameters
-(replica.check_replicas).
+(replica.check_replicas); then the bytes read from the chunk store in the round so far, in the
+order of STORE_READS (LocalGraph.store_reads: the build's checksum reads and structure, owned and halo
+feature rows, each every read and distinct).
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ CMD_STAGE, CMD_STAGE_END = 4, 5  # RETEXO: set up stage (round field = stage), e
 CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
 EVAL_STATS_LEN = 9
-EPOCH_REPORT_LEN = 9
+STORE_READS = ("verify", "verify_distinct", "structure", "structure_distinct", "own_features", "own_features_distinct",
+               "halo_features", "halo_features_distinct")
+EPOCH_REPORT_LEN = 9 + len(STORE_READS)
 SPLITS = ("train", "val", "test")
 
 

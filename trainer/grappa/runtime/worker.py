@@ -163,7 +163,8 @@ class Worker:
 
     def send_epoch_report(self) -> None:
         """Per-worker bytes since the previous report (so set-up exchanges between epochs count
-        too) and peak memory: what the aggregator cannot see (worker-to-worker fetches)."""
+        too) and peak memory: what the aggregator cannot see (worker-to-worker fetches); and the
+        chunk store's bytes read in the round so far (the round's build included)."""
         before = getattr(self, "_reported", {"sent": {}, "received": {}})
         now = self._reported = self.link.bytes.snapshot()
         delta = [now[d].get(k, 0) - before[d].get(k, 0)
@@ -172,11 +173,15 @@ class Worker:
             self.memory.sample()
         g = self.shard.graph
         local = [g.num_nodes, g.num_edges] if g is not None else [0, 0]
-        report = delta + [self.memory.peak_rss, self.memory.peak_pss] + local + [checksum(self.model)]
+        reads = g.store_reads() if g is not None else dict.fromkeys(proto.STORE_READS, 0)
+        report = delta + [self.memory.peak_rss, self.memory.peak_pss] + local + [checksum(self.model)] + \
+            [reads[k] for k in proto.STORE_READS]
         self.link.send(torch.tensor(report, dtype=torch.float64), 0, "control")
         if self.metrics is not None:
             self.metrics.peak_rss.set(self.memory.peak_rss)
             self.metrics.peak_pss.set(self.memory.peak_pss)
+            if g is not None:
+                self.metrics.observe_store_reads(g.features.serial, reads)
 
     # -- main loop ---------------------------------------------------------------------------
     def recv_control(self) -> tuple[float, ...]:
