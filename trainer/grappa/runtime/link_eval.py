@@ -31,11 +31,12 @@ from grappa.tasks import link_prediction as lp
 BLOCK_PAIRS = 1 << 16  # scored pairs per block (positives x (2 + k) rows of embeddings)
 
 
-class LinkEvaluation:
-    def __init__(self, store: ChunkStore, link: LinkEdges, worker: int, workers: int,
-                 scratch: Path) -> None:
-        self.store, self.link, self.worker, self.workers = store, link, worker, workers
-        self.scratch = Path(scratch)
+class RowLookup:
+    """Rows of nodes given by global id, from a layer's per-chunk row files (rowfiles.py): the
+    chunk by the store's assignment, the row by the chunk's sorted node ids."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.store = store
         self.assign = store.assignment
         self.nodes = [store.chunk_file(k, "nodes.npy") for k in range(store.num_chunks)]
 
@@ -53,6 +54,14 @@ class LinkEvaluation:
             out[sel] = block
         rows.release()
         return torch.from_numpy(out if out is not None else np.empty((0, 0), np.float32))
+
+
+class LinkEvaluation(RowLookup):
+    def __init__(self, store: ChunkStore, link: LinkEdges, worker: int, workers: int,
+                 scratch: Path) -> None:
+        super().__init__(store)
+        self.link, self.worker, self.workers = link, worker, workers
+        self.scratch = Path(scratch)
 
     def rows(self, layer: int) -> LayerRows:
         return LayerRows(self.scratch, layer)
