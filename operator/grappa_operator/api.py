@@ -12,8 +12,8 @@ from pydantic import AfterValidator, ConfigDict, Field, ValidationError, WithJso
 from pydantic.fields import FieldInfo
 
 from grappa.config import (
-    LINK_DATASETS,
     OGB_DATASETS,
+    OGB_LINK_DATASETS,
     PATH_MAX,
     ArraysConfig,
     CheckpointConfig,
@@ -287,9 +287,9 @@ SPEC_RULES = [
     cel.rule("self.task != 'link-prediction' || !has(self.model.custom) || !has(self.model.custom.factory)",
              "task link-prediction trains the built-in models (model.arch) only for now: remove "
              "model.custom", ".model.custom"),
-    cel.rule(f"self.task != 'link-prediction' || self.dataset.name in {cel.literal(list(LINK_DATASETS))}",
-             "task link-prediction splits the edges in memory: dataset.name must be one of "
-             + ", ".join(LINK_DATASETS), ".dataset.name"),
+    cel.rule(f"self.task == 'link-prediction' || !(self.dataset.name in {cel.literal(list(OGB_LINK_DATASETS))})",
+             "dataset.name ogbl-* is an OGB link-prediction dataset (its labels are edges): set task: "
+             "link-prediction", ".dataset.name"),
     cel.rule("self.metricsPort == 0 || self.metricsPort != self.masterPort",
              "masterPort must differ from metricsPort: the aggregator listens on both",
              ".masterPort"),
@@ -308,7 +308,7 @@ DATASET_RULES = [
              "dataset.arrays applies to dataset.name 'arrays' only: remove it or set name: arrays",
              ".arrays"),
     cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays'])}",
-             "dataset.addInverseEdges applies to ogbn-* and arrays only; other datasets are already "
+             "dataset.addInverseEdges applies to ogbn-*, ogbl-* and arrays only; other datasets are already "
              "stored with both directions: remove it", ".addInverseEdges"),
     cel.rule(f"!has(self.arrays) || ({_ARRAYS_EMPTY['src']} && {_ARRAYS_EMPTY['dst']}) "
              "|| !has(self.arrays.edges)",

@@ -92,9 +92,8 @@ CASES = [
     ("", "task link-prediction trains the built-in models", {"task": "link-prediction", "model": {
         "custom": {"factory": "my_models:make_model"}}}, "model.custom",
      {"model": {"custom": {"factory": "my_models:make_model"}}}),
-    ("", "task link-prediction splits the edges in memory",
-     {"task": "link-prediction", "dataset": {"name": "rmat"}}, "dataset.name",
-     {"task": "link-prediction", "dataset": {"name": "csbm"}}),
+    ("", "is an OGB link-prediction dataset", {"dataset": {"name": "ogbl-collab"}}, "dataset.name",
+     {"task": "link-prediction", "dataset": {"name": "ogbl-collab"}}),
     ("", "masterPort must differ from metricsPort", {"metricsPort": 9000, "masterPort": 9000},
      "spec.masterPort", {"metricsPort": 0, "masterPort": 9000}),
     ("", "spec.partitions exceeds the dataset's nodes", {"partitions": 1000, "dataset": {
@@ -110,7 +109,7 @@ CASES = [
     ("dataset", "dataset.arrays applies to dataset.name 'arrays' only",
      {"dataset": {"arrays": {"features": "x.npy"}}}, "dataset.arrays",
      {"dataset": {"name": "arrays", "path": "g", "arrays": {"features": "x.npy"}}}),
-    ("dataset", "addInverseEdges applies to ogbn-* and arrays only",
+    ("dataset", "addInverseEdges applies to ogbn-*, ogbl-* and arrays only",
      {"dataset": {"addInverseEdges": True}}, "dataset.addInverseEdges",
      {"dataset": {"name": "ogbn-arxiv", "addInverseEdges": True}, "partitions": 2}),
     ("dataset", "either edges or src/dst", {"dataset": {"name": "arrays", "path": "g", "arrays": {

@@ -342,7 +342,6 @@ def test_hits_with_fewer_negatives_than_k_counts_every_positive():
     ({"link.valFraction": 0.5, "link.testFraction": 0.5}, ["link.valFraction", "lower them"]),
     ({"training.mode": "mini-batch"}, ["evaluated exactly", "set training.evalMode: exact"]),
     ({"training.evalMode": "sampled"}, ["set training.evalMode: exact"]),
-    ({"dataset.name": "rmat"}, ["dataset.name 'rmat'", "use one of"]),
     ({"task": "node-classification"}, ["link settings apply to task link-prediction only",
                                        "set task: link-prediction"]),
     ({"task": "edge-regression"}, ["task", "node-classification", "link-prediction"]),

@@ -116,13 +116,13 @@ def shared_negatives(edge_index: np.ndarray, num_nodes: int, count: int, seed: i
 
 
 def check_edges(arrays: dict[str, np.ndarray], num_nodes: int, undirected: bool,
-                where: str) -> None:
+                where: str, overlap: bool = True) -> None:
     """Refuse supervision edges that cannot be right, naming the file, the edge (its column) and
     the fix: a shape other than [2, E], a node id out of range, an edge in two splits (either
     direction, when the graph is undirected)."""
     seen: list[tuple[str, np.ndarray, np.ndarray]] = []  # (name, sorted keys, their columns)
     for name, e in arrays.items():
-        file = f"{where}/{name}.npy"
+        file = f"{where}/{name}" if "." in name else f"{where}/{name}.npy"
         if e.ndim != 2 or e.shape[0] != 2:
             raise DatasetError(f"{file}: expected a [2, E] array of (source, destination) rows, "
                                f"found shape {list(e.shape)}; write sources in row 0, destinations in row 1")
@@ -136,6 +136,8 @@ def check_edges(arrays: dict[str, np.ndarray], num_nodes: int, undirected: bool,
         if undirected:
             src, dst = np.minimum(src, dst), np.maximum(src, dst)
         keys = _keys(src, dst, num_nodes)
+        if not overlap:  # a dataset's own split (OGB's), taken as published
+            continue
         for prev_name, prev_keys, prev_cols in seen:
             hit = np.flatnonzero(np.isin(keys, prev_keys))
             if hit.size:
@@ -143,7 +145,8 @@ def check_edges(arrays: dict[str, np.ndarray], num_nodes: int, undirected: bool,
                 j = int(prev_cols[np.searchsorted(prev_keys, keys[col])])
                 raise DatasetError(
                     f"{file}: edge {col} (column {col}), ({int(e[0, col])}, {int(e[1, col])}), is "
-                    f"also edge {j} of {where}/{prev_name}.npy; an edge belongs to one split only: "
+                    f"also edge {j} of {where}/{prev_name if '.' in prev_name else prev_name + '.npy'}; an "
+                    "edge belongs to one split only: "
                     "remove it from one of the two files")
         order = np.argsort(keys, kind="stable")
         seen.append((name, keys[order], order))
@@ -161,30 +164,166 @@ def link_files(split: LinkSplit, original: np.ndarray, num_nodes: int, lk) -> di
     return files
 
 
-def write_link_files(folder: Path, files: dict[str, np.ndarray], undirected: bool) -> dict:
+def write_link_files(folder: Path, files: dict[str, np.ndarray], undirected: bool,
+                     overlap_checked: bool = True) -> dict:
     """Writes the arrays into `folder/link/`; returns the manifest's "link" entry."""
     out = Path(folder) / LINK_DIR
     out.mkdir(parents=True, exist_ok=True)
     for stem, arr in files.items():
         np.save(out / f"{stem}.npy", np.ascontiguousarray(arr, dtype=np.int64))
-    return {"link": {"undirected": undirected,
+    return {"link": {"undirected": undirected, **({} if overlap_checked else {"splits_may_overlap": True}),
                      "files": {stem: list(arr.shape) for stem, arr in files.items()}}}
 
 
-def link_source(source, lk) -> tuple[object, Callable[[Path], dict]]:
-    """An in-memory source (sources/in_memory.MemorySource) with its val/test edges removed from
-    message passing, and the writer of its link files (called on the store's staging folder)."""
+@dataclass
+class GivenSplit:
+    """Supervision edges (and, optionally, evaluation negatives) a dataset brings instead of the
+    seeded split: the arrays format's edge files, OGB's own link split."""
+    edges: dict[str, np.ndarray]      # "train", "val", "test" -> [2, E]
+    negatives: dict[str, np.ndarray]  # optional "<split>_neg" [E, k], "<split>_shared_neg" [2, N]
+    files: dict[str, str]             # each of the above -> the file it came from (errors)
+    where: str                        # the folder they are in (errors)
+    held_out_in_graph: bool = True    # the graph's edge list may hold val/test edges: removed
+    check_overlap: bool = True        # refuse an edge in two splits (a user's files; not OGB's own)
+
+
+def read_edges(source) -> np.ndarray:
+    """Every edge of a source as it lists them, [2, E] int64 in memory (16 bytes an edge), ids
+    checked naming the file and row."""
     from grappa.data.sources.in_memory import MemorySource
-    if not isinstance(source, MemorySource):
-        raise DatasetError(f"task link-prediction splits edges in memory; dataset {source.name!r} "
-                           "is streamed: use a built-in dataset, csbm or file")
-    n = source.num_nodes
-    split = split_edges(source.edge_index, n, lk.val_fraction, lk.test_fraction, lk.split_seed)
-    files = link_files(split, source.edge_index, n, lk)
-    check_edges({s: files[s] for s in SUPERVISION}, n, split.undirected, LINK_DIR)
-    masks = tuple(source.codes == c for c in (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST))
-    cut = MemorySource(source.name, split.message, source.x, source.y, masks, source.num_classes)
-    return cut, lambda staging: write_link_files(staging, files, split.undirected)
+    n = int(source.num_nodes)
+    if isinstance(source, MemorySource):
+        e = np.asarray(source.edge_index, dtype=np.int64)
+    else:
+        parts = []
+        for part in source.edge_parts(1):
+            for b in part.blocks(1 << 22):
+                src, dst = np.asarray(b.src, np.int64), np.asarray(b.dst, np.int64)
+                bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
+                if bad.size:
+                    i = int(bad[0])
+                    raise DatasetError(f"{b.origin}: edge {b.first_row + i} is ({int(src[i])}, {int(dst[i])}), "
+                                       f"a node id outside [0, {n}); fix or remove that edge")
+                parts.append(np.stack([src, dst]))
+        e = np.concatenate(parts, axis=1) if parts else np.empty((2, 0), np.int64)
+    return e
+
+
+def _canonical_keys(e: np.ndarray, n: int, undirected: bool) -> np.ndarray:
+    src, dst = np.asarray(e[0], np.int64), np.asarray(e[1], np.int64)
+    if undirected:
+        src, dst = np.minimum(src, dst), np.maximum(src, dst)
+    return _keys(src, dst, n)
+
+
+class HeldOutPart:
+    """An edge part without the held-out edges (sorted canonical keys), block by block."""
+
+    def __init__(self, part, held: np.ndarray, n: int, undirected: bool) -> None:
+        self.part, self.held, self.n, self.undirected = part, held, n, undirected
+        self.num_edges = part.num_edges  # an upper bound: what the part lists
+
+    def blocks(self, block_edges: int):
+        from grappa.data.sources.base import EdgeBlock
+        for b in self.part.blocks(block_edges):
+            key = _canonical_keys(np.stack([np.asarray(b.src), np.asarray(b.dst)]), self.n, self.undirected)
+            pos = np.clip(np.searchsorted(self.held, key), 0, max(0, self.held.size - 1))
+            keep = ~(self.held[pos] == key) if self.held.size else np.ones(key.size, bool)
+            yield EdgeBlock(b.src[keep], b.dst[keep], b.origin, b.first_row)
+
+
+def without_held_out(source, held: np.ndarray, undirected: bool, listed: np.ndarray):
+    """The source with the held-out edges (canonical keys) removed from its edge list (`listed`,
+    read_edges'): an in-memory source cut in memory, a streamed one filtered as it streams."""
+    from grappa.data.sources.base import GraphSource
+    from grappa.data.sources.in_memory import MemorySource
+    n = int(source.num_nodes)
+    held = np.unique(held)
+    if isinstance(source, MemorySource):
+        keep = ~np.isin(_canonical_keys(source.edge_index, n, undirected), held)
+        masks = tuple(source.codes == c for c in (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST))
+        return MemorySource(source.name, np.asarray(source.edge_index)[:, keep], source.x, source.y, masks,
+                            source.num_classes)
+
+    class Filtered(GraphSource):
+        def edge_parts(self, parts: int):
+            return [HeldOutPart(p, held, n, undirected) for p in source.edge_parts(parts)]
+
+        def node_blocks(self, block_rows: int):
+            return source.node_blocks(block_rows)
+
+    out = Filtered.__new__(Filtered)
+    for attr in ("name", "num_nodes", "num_features", "add_inverse_edges", "num_classes",
+                 "labels_required", "labeller", "in_memory", "feature_origin", "label_origin", "split_origin"):
+        setattr(out, attr, getattr(source, attr))
+    out.num_edges = int((~np.isin(_canonical_keys(listed, n, undirected), held)).sum())  # what it lists now
+    return out
+
+
+def _given_files(given: GivenSplit, graph: np.ndarray, n: int, undirected: bool, lk) -> dict[str, np.ndarray]:
+    """The link files of a given split: its edges, its negatives, and the negatives it lacks
+    drawn as for the seeded split. Shapes and ids checked naming the file and the fix."""
+    named = {given.files[s]: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
+    check_edges(named, n, undirected, given.where, overlap=given.check_overlap)
+    files = {s: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
+    known = np.concatenate([graph] + [files[s] for s in SUPERVISION], axis=1)
+    for s in EVALUATED:
+        neg, shared = given.negatives.get(f"{s}_neg"), given.negatives.get(f"{s}_shared_neg")
+        if neg is not None:
+            neg = np.asarray(neg, dtype=np.int64)
+            file = f"{given.where}/{given.files[f'{s}_neg']}"
+            if neg.ndim != 2 or neg.shape[0] != files[s].shape[1]:
+                raise DatasetError(f"{file}: expected [{files[s].shape[1]}, k], k negative destinations for "
+                                   f"each of the {files[s].shape[1]} {s} edges, found shape {list(neg.shape)}: "
+                                   "write row i for edge i, or remove the file to draw them")
+            _check_ids(neg, n, file, "row")
+        else:
+            neg = eval_negatives(files[s], n, lk.eval_negatives, lk.split_seed, s)
+        if shared is not None:
+            shared = np.asarray(shared, dtype=np.int64)
+            file = f"{given.where}/{given.files[f'{s}_shared_neg']}"
+            if shared.ndim != 2 or shared.shape[0] != 2 or shared.shape[1] < 1:
+                raise DatasetError(f"{file}: expected [2, N] negative pairs (sources in row 0), found shape "
+                                   f"{list(shared.shape)}: write them so, or remove the file to draw them")
+            _check_ids(shared, n, file, "column")
+        else:
+            shared = shared_negatives(known, n, lk.shared_negatives, lk.split_seed, s, undirected)
+        files[f"{s}_neg"], files[f"{s}_shared_neg"] = neg, shared
+    return files
+
+
+def _check_ids(a: np.ndarray, n: int, file: str, unit: str) -> None:
+    bad = np.argwhere((a < 0) | (a >= n))
+    if bad.size:
+        r, c = (int(v) for v in bad[0])
+        at = r if unit == "row" else c
+        raise DatasetError(f"{file}: {unit} {at} holds node id {int(a[r, c])}, outside [0, {n}); fix or "
+                           "remove it (ids are the graph's node ids)")
+
+
+def link_source(source, lk, given: Optional[GivenSplit] = None) -> tuple[object, Callable[[Path], dict]]:
+    """The source with its val/test edges removed from message passing, and the writer of its
+    link files (called on the store's staging folder). The split is the seeded one of the
+    graph's edges, or `given` (the dataset's own files). Holds the edge list in memory."""
+    n = int(source.num_nodes)
+    listed = read_edges(source)
+    graph = np.concatenate([listed, listed[::-1]], axis=1) if source.add_inverse_edges else listed
+    if given is None:
+        split = split_edges(graph, n, lk.val_fraction, lk.test_fraction, lk.split_seed)
+        undirected = split.undirected
+        files = link_files(split, graph, n, lk)
+        check_edges({s: files[s] for s in SUPERVISION}, n, undirected, LINK_DIR)
+        held_out = True
+    else:
+        undirected = bool(source.add_inverse_edges) or is_undirected(graph, n)
+        files = _given_files(given, graph, n, undirected, lk)
+        held_out = given.held_out_in_graph
+    del graph
+    if held_out:
+        held = np.concatenate([_canonical_keys(files[s], n, undirected) for s in EVALUATED])
+        source = without_held_out(source, held, undirected, listed)
+    overlap = given is None or given.check_overlap
+    return source, lambda staging: write_link_files(staging, files, undirected, overlap)
 
 
 class LinkEdges:
@@ -211,7 +350,8 @@ class LinkEdges:
                                       f"{shape}; delete {store_path} and prepare it again")
             self.arrays[stem] = arr
         check_edges({s: np.asarray(self.arrays[s]) for s in SUPERVISION},
-                    int(manifest["num_nodes"]), self.undirected, str(folder))
+                    int(manifest["num_nodes"]), self.undirected, str(folder),
+                    overlap=not entry.get("splits_may_overlap"))
 
     def __getitem__(self, stem: str) -> np.ndarray:
         return self.arrays[stem]
