@@ -126,6 +126,9 @@ CASES = [
      "spec.aggregator.env[0].name", {"aggregator": {"env": [{"name": "ADDR", "value": "x"}]}}),
     ("predict", "must name a model file ending in .pt", {"predict": {"model": "/srv/run/model.bin"}},
      "spec.predict.model", {"predict": {"model": "/srv/run/model.pt"}}),
+    ("predict", "candidates and topK choose the best candidates of spec.predict.queries",
+     {"predict": {"model": "/srv/run/model.pt", "topK": 5}}, "spec.predict.queries",
+     {"predict": {"model": "/srv/run/model.pt", "topK": 5, "queries": "q.npy"}}),
     ("storage", "exactly one of claimName or hostPath", {"storage": {"hostPath": "/a", "claimName": "c"}},
      "spec.storage", {"storage": {"claimName": "c"}}),
 ]

@@ -331,6 +331,9 @@ class Aggregator:
         p.epoch, p.round, p.loss = rec["epoch"], rec["round"], rec["loss"]
         if "val_acc" in rec:
             p.train_acc, p.val_acc, p.test_acc = rec["train_acc"], rec["val_acc"], rec["test_acc"]
+        if "val_mrr" in rec:
+            p.val_mrr, p.test_mrr = rec["val_mrr"], rec["test_mrr"]
+            p.test_hits50, p.test_auc = rec.get("test_hits@50"), rec.get("test_auc")
         if rec.get(self.select[0]) is not None:
             p.val_history.append((rec["epoch"], rec[self.select[0]]))
         p.best_val, p.best_epoch = self.best["val"], self.best["epoch"]
@@ -346,6 +349,10 @@ class Aggregator:
             for name in ("train", "val", "test"):
                 if rec.get(f"{name}_acc") is not None:
                     getattr(m, f"{name}_acc").set(rec[f"{name}_acc"])
+            for key, gauge in (("val_mrr", m.val_mrr), ("test_mrr", m.test_mrr),
+                               ("test_hits@50", m.test_hits50), ("test_auc", m.test_auc)):
+                if rec.get(key) is not None:
+                    gauge.set(rec[key])
             m.best_val.set(max(self.best["val"], 0.0))
             m.observe_bytes(self.link.bytes)
 
@@ -359,6 +366,8 @@ class Aggregator:
         if self.cfg.task == "link-prediction":
             result.update(self.best.get("test_metrics") or {})
             result["selected_by"] = self.select[0]
+            self.progress.final_metrics = dict(self.best.get("test_metrics") or {})
+            self.progress.test_mrr = self.best["test"]  # the status's testMrr: of the best epoch
         if self.cfg.task == "node-classification":  # the status's testAcc is an accuracy
             self.progress.test_acc = self.best["test"]
         self.sink.report(self.progress, final=True)
