@@ -136,11 +136,11 @@ def read_nodes(path: str | Path, num_nodes: int, flag: str) -> np.ndarray:
         ids = _npy_ids(path, flag)
         if ids.ndim != 1:
             raise DatasetError(f"{flag} {path} has shape {list(ids.shape)}: node ids are a 1-D array [Q]")
+        _check_range(ids, num_nodes, flag, path, lambda i: f"row {i}")
     else:
         rows, lines = _text_ids(path, flag, 1)
         ids = rows.reshape(-1)
         _check_range(ids, num_nodes, flag, path, lambda i: f"line {lines[i]} (node {i})")
-    _check_range(ids, num_nodes, flag, path, lambda i: f"row {i}")
     return np.ascontiguousarray(ids)
 
 
