@@ -151,3 +151,22 @@ def test_link_flags_are_refused_where_they_mean_nothing(trained, tmp_path, capsy
     assert cli_main(["evaluate", "--model", str(Path(cfg.run_dir) / "model.pt"), "--store", node_cfg.store_dir,
                      "--out", str(tmp_path / "ev"), "--quiet"]) != 0
     assert "has no link split" in capsys.readouterr().err
+
+
+def test_a_link_predict_jobs_evaluation_reaches_the_job_status(monkeypatch):
+    """A predict job's coordinator (inference/pod.py) reports a link model's MRR, Hits@K and AUC."""
+    from grappa.inference import pod
+    from grappa.runtime.kube_status import JobStatus
+
+    class Api:
+        def patch_namespaced_custom_object_status(self, *args):
+            self.body = args[-1]
+
+    api = Api()
+    monkeypatch.setattr(JobStatus, "from_env", classmethod(lambda cls: JobStatus("j", "ns", api=api)))
+    split = {"mrr": 0.5, "hits@10": 0.6, "hits@50": 0.7, "hits@100": 0.8, "auc": 0.9, "loss": 0.3, "edges": 40}
+    pod.report_result({"task": "link-prediction", "evaluation": {"val": {**split, "mrr": 0.4}, "test": split}})
+    status = api.body["status"]
+    assert status["progress"]["valMrr"] == 0.4 and status["progress"]["testMrr"] == 0.5
+    assert status["result"] == {"testAcc": None, "bestVal": 0.4, "bestEpoch": None, "testMrr": 0.5,
+                                "testHits10": 0.6, "testHits50": 0.7, "testHits100": 0.8, "testAuc": 0.9}
