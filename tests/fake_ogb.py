@@ -70,6 +70,65 @@ def write_dataset(root: Path, name: str, arrays: dict) -> Path:
     return folder
 
 
+# OGB link datasets: name -> (OGB folder name, undirected, negatives given per positive (citation2)
+# or as a shared set (collab))
+LINK_LAYOUT = {
+    "ogbl-collab": ("ogbl_collab", True, "shared"),
+    "ogbl-citation2": ("ogbl_citation2", False, "per_positive"),
+}
+
+
+def make_link_arrays(name: str, nodes: int = 300, edges: int = 1500, features: int = 8, seed: int = 0,
+                     negatives: int = 20) -> dict:
+    """A graph and OGB's kind of split: held-out edges that are not in the training graph
+    (edge.csv.gz holds training edges only), with the negatives OGB gives for the dataset."""
+    _, undirected, kind = LINK_LAYOUT[name]
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
+    keep = src != dst
+    pairs = np.unique(np.stack([np.minimum(src, dst), np.maximum(src, dst)] if undirected else [src, dst])[:, keep],
+                      axis=1)
+    perm = rng.permutation(pairs.shape[1])
+    a, b = int(0.8 * perm.size), int(0.9 * perm.size)
+    out = {"x": rng.standard_normal((nodes, features)).astype(np.float32),
+           "train": pairs[:, np.sort(perm[:a])], "valid": pairs[:, perm[a:b]], "test": pairs[:, perm[b:]]}
+    for split in ("valid", "test"):
+        e = out[split].shape[1]
+        if kind == "shared":
+            out[f"{split}_edge_neg"] = rng.integers(0, nodes, (negatives * 5, 2))
+        else:
+            out[f"{split}_target_node_neg"] = rng.integers(0, nodes, (e, negatives))
+    return out
+
+
+def write_link_dataset(root: Path, name: str, arrays: dict) -> Path:
+    """OGB's link layout; the split's .pt files need torch (OGB writes them with torch.save)."""
+    import torch
+    folder_name, _, kind = LINK_LAYOUT[name]
+    folder = Path(root) / folder_name
+    raw, split = folder / "raw", folder / "split" / "time"
+    raw.mkdir(parents=True, exist_ok=True)
+    split.mkdir(parents=True, exist_ok=True)
+    n, train = arrays["x"].shape[0], arrays["train"]
+    _csv(raw / "edge.csv.gz", train.T, "%d")
+    _csv(raw / "num-node-list.csv.gz", np.array([[n]]), "%d")
+    _csv(raw / "num-edge-list.csv.gz", np.array([[train.shape[1]]]), "%d")
+    _csv(raw / "node-feat.csv.gz", arrays["x"], "%.9g")
+    for key in ("train", "valid", "test"):
+        e = arrays[key]
+        if kind == "shared":  # collab: edges as [E, 2] with their weight and year
+            d = {"edge": e.T.copy(), "weight": np.ones(e.shape[1]), "year": np.full(e.shape[1], 2018)}
+            if key != "train":
+                d["edge_neg"] = arrays[f"{key}_edge_neg"]
+        else:
+            d = {"source_node": e[0].copy(), "target_node": e[1].copy()}
+            if key != "train":
+                d["target_node_neg"] = arrays[f"{key}_target_node_neg"]
+        torch.save(d, split / f"{key}.pt")
+    (folder / "RELEASE_v1.txt").write_text("fake dataset written by the Grappa test suite\n")
+    return folder
+
+
 if __name__ == "__main__":
     root, name, *sizes = sys.argv[1:]
     out = write_dataset(Path(root), name, make_arrays(name, *map(int, sizes)))

@@ -13,15 +13,18 @@ from pydantic.fields import FieldInfo
 
 from grappa.config import (
     OGB_DATASETS,
+    OGB_LINK_DATASETS,
     PATH_MAX,
     ArraysConfig,
     CheckpointConfig,
     DatasetConfig,
     GrappaConfig,
+    LinkConfig,
     ModelConfig,
     PrepareConfig,
     Section,
     Strategy,
+    Task,
     TrainConfig,
     TrainingConfig,
     VarcoConfig,
@@ -265,6 +268,28 @@ SPEC_RULES = [
     cel.rule(f"self.strategy == 'varco' || ({cel.at_defaults(VarcoConfig, 'self.varco')})",
              "varco settings apply to strategy varco only: remove them or set strategy: varco",
              ".varco"),
+    # task link-prediction: what it runs with today (TrainConfig._check_task)
+    cel.rule(f"self.task == 'link-prediction' || ({cel.at_defaults(LinkConfig, 'self.link')})",
+             "link settings apply to task link-prediction only: remove them or set task: "
+             "link-prediction", ".link"),
+    cel.rule("self.task != 'link-prediction' || !has(self.link) || "
+             "(has(self.link.valFraction) ? self.link.valFraction : 0.1) + "
+             "(has(self.link.testFraction) ? self.link.testFraction : 0.2) < 1.0",
+             "link.valFraction + link.testFraction must be < 1 to leave training edges: lower them",
+             ".link"),
+    cel.rule("self.task != 'link-prediction' || self.strategy in ['grappa', 'full']",
+             "task link-prediction is served by strategies grappa and full only so far: set "
+             "strategy: grappa or full", ".strategy"),
+    cel.rule("self.task != 'link-prediction' || (has(self.training.evalMode) ? "
+             "self.training.evalMode == 'exact' : self.training.mode == 'full-graph')",
+             "task link-prediction is evaluated exactly: set training.evalMode: exact (mini-batch "
+             "mode defaults to sampled)", ".training.evalMode"),
+    cel.rule("self.task != 'link-prediction' || !has(self.model.custom) || !has(self.model.custom.factory)",
+             "task link-prediction trains the built-in models (model.arch) only for now: remove "
+             "model.custom", ".model.custom"),
+    cel.rule(f"self.task == 'link-prediction' || !(self.dataset.name in {cel.literal(list(OGB_LINK_DATASETS))})",
+             "dataset.name ogbl-* is an OGB link-prediction dataset (its labels are edges): set task: "
+             "link-prediction", ".dataset.name"),
     cel.rule("self.metricsPort == 0 || self.metricsPort != self.masterPort",
              "masterPort must differ from metricsPort: the aggregator listens on both",
              ".masterPort"),
@@ -283,7 +308,7 @@ DATASET_RULES = [
              "dataset.arrays applies to dataset.name 'arrays' only: remove it or set name: arrays",
              ".arrays"),
     cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays'])}",
-             "dataset.addInverseEdges applies to ogbn-* and arrays only; other datasets are already "
+             "dataset.addInverseEdges applies to ogbn-*, ogbl-* and arrays only; other datasets are already "
              "stored with both directions: remove it", ".addInverseEdges"),
     cel.rule(f"!has(self.arrays) || ({_ARRAYS_EMPTY['src']} && {_ARRAYS_EMPTY['dst']}) "
              "|| !has(self.arrays.edges)",
@@ -315,13 +340,27 @@ class PredictSpec(Section):
     embeddings: Optional[int] = Field(
         None, ge=1, le=16, description="Also write embeddings.npy: the output of this layer (1..L).")
     embedding_dtype: Literal["float16", "float32"] = Field("float16", description="dtype of embeddings.npy.")
-    evaluate: bool = Field(True, description="Also score the dataset's splits (status.result.testAcc).")
+    evaluate: bool = Field(True, description="Also score the dataset's splits (status.result.testAcc; a "
+                                             "link-prediction model: testMrr, testHits50, testAuc).")
+    # a link-prediction model (its embeddings are written whatever `embeddings` says)
+    pairs: Optional[str] = Field(None, min_length=1, max_length=PATH_MAX, description=(
+        "Link-prediction models: a file of node pairs (.npy [2, E] or [E, 2], or text 'u v' lines) on the "
+        "volume; their scores go to pair_scores.npy."))
+    queries: Optional[str] = Field(None, min_length=1, max_length=PATH_MAX, description=(
+        "Link-prediction models: a file of query node ids; their topK best candidates go to topk.npy "
+        "and topk_scores.npy."))
+    candidates: Optional[str] = Field(None, min_length=1, max_length=PATH_MAX, description=(
+        "Link-prediction models: the candidate node ids for queries (default: every node)."))
+    top_k: Optional[int] = Field(None, ge=1, le=100000, description="Candidates kept per query node (default 10).")
 
     @model_validator(mode="after")
     def _a_model_file(self) -> "PredictSpec":  # the CEL rule's twin
         if not self.model.endswith(".pt"):
             raise ValueError(f"spec.predict.model must name a model file ending in .pt (got "
                              f"{self.model!r}): a training job's status.artifacts.model, or one of its checkpoints")
+        if self.queries is None and (self.candidates is not None or self.top_k is not None):
+            raise ValueError("spec.predict.candidates and topK choose the best candidates of spec.predict.queries: "
+                             "add queries, or remove them")
         return self
 
 
@@ -336,6 +375,8 @@ class GrappaJobSpec(Section):
                                      cel.immutable("spec.strategy"))
     partitions: int = _with_rules(TrainConfig.model_fields["partitions"],  # the trainer's bounds
                                   cel.immutable("spec.partitions"))
+    task: Task = _with_rules(TrainConfig.model_fields["task"],  # type: ignore[valid-type]
+                             cel.immutable("spec.task"))
     dataset: DatasetConfig = Field(default_factory=DatasetConfig,
                                    description="Dataset; relative root/path resolve under the storage mount.",
                                    json_schema_extra=cel.validations(*DATASET_RULES))
@@ -349,6 +390,9 @@ class GrappaJobSpec(Section):
                                description="Activation compression (strategy varco only).",
                                json_schema_extra=cel.validations(cel.rule(
                                    "self.rMin <= self.rMax", "varco.rMin must be <= varco.rMax", ".rMin")))
+    link: LinkConfig = Field(default_factory=LinkConfig,
+                             description="Link prediction: split, decoder, negatives (task link-prediction only).",
+                             json_schema_extra=cel.validations(cel.immutable("spec.link")))
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="Checkpoints (written under runDir on the storage volume).")
     prepare: PrepareConfig = Field(default_factory=PrepareConfig,
@@ -369,7 +413,10 @@ class GrappaJobSpec(Section):
                           "coordinates) instead of training. The model and training sections do not apply.",
         json_schema_extra=cel.validations(cel.immutable("spec.predict"), cel.rule(
             "self.model.endsWith('.pt')", "spec.predict.model must name a model file ending in .pt: a "
-            "training job's status.artifacts.model, or one of its checkpoints", ".model")))
+            "training job's status.artifacts.model, or one of its checkpoints", ".model"), cel.rule(
+            "has(self.queries) || (!has(self.candidates) && !has(self.topK))",
+            "spec.predict.candidates and topK choose the best candidates of spec.predict.queries: add "
+            "queries, or remove them", ".queries")))
 
     @model_validator(mode="after")
     def _train_config_checks(self) -> "GrappaJobSpec":
@@ -381,6 +428,8 @@ class GrappaJobSpec(Section):
         return TrainConfig(
             strategy=self.strategy,
             partitions=self.partitions,
+            task=self.task,
+            link=self.link,
             dataset=self.dataset.model_copy(deep=True),
             model=self.model,
             training=self.training,
@@ -419,7 +468,12 @@ class Progress(Section):
     train_acc: Optional[float] = None
     val_acc: Optional[float] = None
     test_acc: Optional[float] = None
-    best_val: Optional[float] = None
+    val_mrr: Optional[float] = Field(None, description="Task link-prediction: validation MRR at the last evaluation.")
+    test_mrr: Optional[float] = Field(None, description="Task link-prediction: test MRR at the last evaluation "
+                                                        "(at the end: of the best-validation epoch).")
+    test_hits50: Optional[float] = Field(None, description="Task link-prediction: test Hits@50 at the last evaluation.")
+    test_auc: Optional[float] = Field(None, description="Task link-prediction: test AUC at the last evaluation.")
+    best_val: Optional[float] = Field(None, description="Best validation accuracy (link-prediction: MRR) so far.")
     best_epoch: Optional[int] = None
     epoch_seconds: Optional[float] = None
     train_bytes_per_epoch: Optional[int] = None
@@ -433,6 +487,12 @@ class Result(Section):
     test_acc: Optional[float] = None
     best_val: Optional[float] = None
     best_epoch: Optional[int] = None
+    # task link-prediction: the best-validation epoch's test ranking metrics (OGB's evaluators)
+    test_mrr: Optional[float] = None
+    test_hits10: Optional[float] = None
+    test_hits50: Optional[float] = None
+    test_hits100: Optional[float] = None
+    test_auc: Optional[float] = None
 
 
 class RoundRecord(Section):
@@ -487,6 +547,11 @@ class Artifacts(Section):
     scores: Optional[str] = Field(None, description="Predict jobs: scores.npy, float16 class probabilities.")
     embeddings: Optional[str] = Field(None, description="Predict jobs: embeddings.npy, the chosen layer's output.")
     manifest: Optional[str] = Field(None, description="Predict jobs: manifest.json, what each file holds.")
+    pair_scores: Optional[str] = Field(None, description="Link-prediction predict jobs: pair_scores.npy, "
+                                                         "float32 score per pair of spec.predict.pairs.")
+    topk: Optional[str] = Field(None, description="Link-prediction predict jobs: topk.npy, int64 [Q, K] best "
+                                                  "candidates per query node.")
+    topk_scores: Optional[str] = Field(None, description="Link-prediction predict jobs: topk_scores.npy, their scores.")
     evaluation: Optional[str] = Field(None, description="Predict jobs: evaluation.json, accuracy per split.")
 
 

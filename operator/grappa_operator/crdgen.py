@@ -165,6 +165,8 @@ def build_crd() -> dict[str, Any]:
                     _column("Val-Acc", ".status.progress.valAcc", "number", "Validation accuracy."),
                     _column("Test-Acc", ".status.progress.testAcc", "number",
                             "Test accuracy (at the end: of the best-validation epoch)."),
+                    _column("Test-MRR", ".status.progress.testMrr", "number",
+                            "Task link-prediction: test MRR (at the end: of the best-validation epoch)."),
                     _column("ETA-Seconds", ".status.progress.etaSeconds", "integer",
                             "Estimated seconds of training left."),
                     _column("Age", ".metadata.creationTimestamp", "date", "Time since creation."),

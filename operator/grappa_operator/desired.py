@@ -113,6 +113,13 @@ def artifacts(run_dir_: str, spec: Optional[GrappaJobSpec] = None) -> dict[str, 
     a predict job's outputs instead when `spec.predict` is set (README, "Using the trained model")."""
     if spec is not None and spec.predict is not None:
         out = posixpath.join(run_dir_, PREDICTIONS)
+        p = spec.predict
+        if spec.task == "link-prediction":  # a link model: embeddings always, no classes
+            files = [("embeddings", "embeddings.npy"), ("manifest", "manifest.json")]
+            files += [("pairScores", "pair_scores.npy")] if p.pairs else []
+            files += [("topk", "topk.npy"), ("topkScores", "topk_scores.npy")] if p.queries else []
+            files += [("evaluation", "evaluation.json")] if p.evaluate else []
+            return {name: posixpath.join(out, rel) for name, rel in files}
         files = [("predictions", "predictions.npy"), ("manifest", "manifest.json")]
         files += [("scores", "scores.npy")] if spec.predict.scores else []
         files += [("embeddings", "embeddings.npy")] if spec.predict.embeddings else []
@@ -128,9 +135,16 @@ def predict_env(spec: GrappaJobSpec) -> dict[str, Any]:
     the volume, the outputs asked for."""
     p = spec.predict
     assert p is not None
-    model = p.model if p.model.startswith("/") else posixpath.join(spec.storage.mount_path, p.model)
-    return {"model": model, "scores": p.scores, "embeddings": p.embeddings,
-            "embeddingDtype": p.embedding_dtype, "evaluate": p.evaluate, "out": PREDICTIONS}
+    def on_volume(path: str) -> str:
+        return path if path.startswith("/") else posixpath.join(spec.storage.mount_path, path)
+    env = {"model": on_volume(p.model), "scores": p.scores, "embeddings": p.embeddings,
+           "embeddingDtype": p.embedding_dtype, "evaluate": p.evaluate, "out": PREDICTIONS}
+    # a link-prediction model's inputs, only when given (a node model's env stays as it was)
+    env.update({key: on_volume(v) for key, v in (("pairs", p.pairs), ("queries", p.queries),
+                                                  ("candidates", p.candidates)) if v is not None})
+    if p.top_k is not None:
+        env["topK"] = p.top_k
+    return env
 
 
 def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:

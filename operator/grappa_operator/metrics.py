@@ -64,6 +64,8 @@ PROGRESS_GAUGES = {
     "loss": ("loss", "Training loss of the last epoch (status.progress.loss)."),
     "val_accuracy": ("valAcc", "Validation accuracy (status.progress.valAcc)."),
     "test_accuracy": ("testAcc", "Test accuracy (status.progress.testAcc)."),
+    "val_mrr": ("valMrr", "Task link-prediction: validation MRR (status.progress.valMrr)."),
+    "test_mrr": ("testMrr", "Task link-prediction: test MRR (status.progress.testMrr)."),
     "epoch_seconds": ("epochSeconds", "Wall time of the last epoch (status.progress.epochSeconds)."),
     "applied_round": ("round", "Repartition round the aggregator applies (status.progress.round)."),
 }

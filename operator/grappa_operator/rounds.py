@@ -51,7 +51,7 @@ def decide(spec: GrappaJobSpec, rounds: Optional[dict[str, Any]], progress: Opti
     eff = int(rs["effectiveEpoch"])
 
     if cfg.plateau is not None:
-        val = progress.get("valAcc")
+        val = progress.get("valAcc") if progress.get("valAcc") is not None else progress.get("valMrr")
         hist = rs.setdefault("valHistory", [])
         fresh = not hist or hist[-1][0] < epoch
         if isinstance(val, (int, float)) and epoch >= eff and fresh \

@@ -671,4 +671,6 @@ def _result_suffix(st: dict[str, Any]) -> str:
     res = st.get("result") or {}
     if isinstance(res.get("testAcc"), (int, float)):
         return f": test accuracy {res['testAcc']:.4f}"
+    if isinstance(res.get("testMrr"), (int, float)):
+        return f": test MRR {res['testMrr']:.4f}"
     return ""

@@ -76,6 +76,24 @@ CASES = [
      "grappa.shrinkage", {"strategy": "varco"}),
     ("", "varco settings apply to strategy varco only", {"varco": {"rMax": 64}},
      "varco", {"strategy": "varco", "varco": {"rMax": 64}}),
+    ("", "link settings apply to task link-prediction only", {"link": {"negatives": 5}}, "link",
+     {"task": "link-prediction", "link": {"negatives": 5}}),
+    ("", "link.valFraction + link.testFraction must be < 1", {"task": "link-prediction", "link": {
+        "valFraction": 0.5, "testFraction": 0.5}}, "link.valFraction",
+     {"task": "link-prediction", "link": {"valFraction": 0.5, "testFraction": 0.4}}),
+    ("", "is served by strategies grappa and full only", {"task": "link-prediction", "strategy": "varco"},
+     "strategy", {"task": "link-prediction", "strategy": "full"}),
+    ("", "task link-prediction is evaluated exactly",
+     {"task": "link-prediction", "training": {"evalMode": "sampled"}}, "training.evalMode",
+     {"task": "link-prediction", "training": {"evalMode": "exact"}}),
+    ("", "task link-prediction is evaluated exactly",
+     {"task": "link-prediction", "training": {"mode": "mini-batch"}}, "training.evalMode",
+     {"task": "link-prediction", "training": {"mode": "mini-batch", "evalMode": "exact"}}),
+    ("", "task link-prediction trains the built-in models", {"task": "link-prediction", "model": {
+        "custom": {"factory": "my_models:make_model"}}}, "model.custom",
+     {"model": {"custom": {"factory": "my_models:make_model"}}}),
+    ("", "is an OGB link-prediction dataset", {"dataset": {"name": "ogbl-collab"}}, "dataset.name",
+     {"task": "link-prediction", "dataset": {"name": "ogbl-collab"}}),
     ("", "masterPort must differ from metricsPort", {"metricsPort": 9000, "masterPort": 9000},
      "spec.masterPort", {"metricsPort": 0, "masterPort": 9000}),
     ("", "spec.partitions exceeds the dataset's nodes", {"partitions": 1000, "dataset": {
@@ -91,7 +109,7 @@ CASES = [
     ("dataset", "dataset.arrays applies to dataset.name 'arrays' only",
      {"dataset": {"arrays": {"features": "x.npy"}}}, "dataset.arrays",
      {"dataset": {"name": "arrays", "path": "g", "arrays": {"features": "x.npy"}}}),
-    ("dataset", "addInverseEdges applies to ogbn-* and arrays only",
+    ("dataset", "addInverseEdges applies to ogbn-*, ogbl-* and arrays only",
      {"dataset": {"addInverseEdges": True}}, "dataset.addInverseEdges",
      {"dataset": {"name": "ogbn-arxiv", "addInverseEdges": True}, "partitions": 2}),
     ("dataset", "either edges or src/dst", {"dataset": {"name": "arrays", "path": "g", "arrays": {
@@ -108,6 +126,9 @@ CASES = [
      "spec.aggregator.env[0].name", {"aggregator": {"env": [{"name": "ADDR", "value": "x"}]}}),
     ("predict", "must name a model file ending in .pt", {"predict": {"model": "/srv/run/model.bin"}},
      "spec.predict.model", {"predict": {"model": "/srv/run/model.pt"}}),
+    ("predict", "candidates and topK choose the best candidates of spec.predict.queries",
+     {"predict": {"model": "/srv/run/model.pt", "topK": 5}}, "spec.predict.queries",
+     {"predict": {"model": "/srv/run/model.pt", "topK": 5, "queries": "q.npy"}}),
     ("storage", "exactly one of claimName or hostPath", {"storage": {"hostPath": "/a", "claimName": "c"}},
      "spec.storage", {"storage": {"claimName": "c"}}),
 ]
@@ -144,7 +165,7 @@ def test_job_name_rule_and_twin(name, ok):
     assert (twin_error(BASE, name) is None) == ok
 
 
-IMMUTABLE = ["strategy", "partitions", "dataset", "model", "storage", "predict"]
+IMMUTABLE = ["strategy", "partitions", "task", "dataset", "model", "link", "storage", "predict"]
 
 
 @pytest.mark.parametrize("field", IMMUTABLE)

@@ -22,8 +22,10 @@ def _field(schema: dict, json_path: str) -> dict:
 
 def test_default_columns_show_progress_accuracy_and_eta():
     cols = {c["name"]: c for c in _version()["additionalPrinterColumns"] if not c.get("priority")}
-    assert list(cols) == ["Phase", "Epoch", "Val-Acc", "Test-Acc", "ETA-Seconds", "Age"]
+    assert list(cols) == ["Phase", "Epoch", "Val-Acc", "Test-Acc", "Test-MRR", "ETA-Seconds", "Age"]
     assert cols["Test-Acc"]["jsonPath"] == ".status.progress.testAcc" and cols["Test-Acc"]["type"] == "number"
+    # task link-prediction's figure (empty for node classification, as Val-Acc/Test-Acc for a link job)
+    assert cols["Test-MRR"]["jsonPath"] == ".status.progress.testMrr" and cols["Test-MRR"]["type"] == "number"
     # integer: the API server's table converter truncates the aggregator's float seconds
     assert cols["ETA-Seconds"]["jsonPath"] == ".status.progress.etaSeconds" and cols["ETA-Seconds"]["type"] == "integer"
 

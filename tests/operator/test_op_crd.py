@@ -110,7 +110,7 @@ def test_crd_shape():
     v = crd["spec"]["versions"][0]
     assert v["name"] == "v1alpha1" and v["subresources"] == {"status": {}}
     cols = [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")]
-    assert cols == ["Phase", "Epoch", "Val-Acc", "Test-Acc", "ETA-Seconds", "Age"]  # test_op_columns.py
+    assert cols == ["Phase", "Epoch", "Val-Acc", "Test-Acc", "Test-MRR", "ETA-Seconds", "Age"]  # test_op_columns.py
     spec = v["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["properties"]["partitions"]["default"] == 4
     assert spec["properties"]["runPolicy"]["properties"]["cleanPodPolicy"]["enum"] == ["All", "Running", "None"]

@@ -303,3 +303,18 @@ def test_a_predict_job_runs_the_inference_pods_and_lists_its_outputs(job):
         "evaluation": rd + "/predictions/evaluation.json"}
     # a training job's pods are unchanged
     assert "GRAPPA_PREDICT" not in env_of(desired.group_pods(job, make_spec(), 0)[0])
+
+
+def test_a_link_predict_job_passes_its_pair_files_and_lists_the_link_outputs(job):
+    spec = make_spec(task="link-prediction", predict={"model": "runs/train/model.pt", "pairs": "pairs.npy",
+                                                      "queries": "/srv/q.txt", "topK": 5})
+    env = json.loads(env_of(desired.group_pods(job, spec, 0)[1])["GRAPPA_PREDICT"])
+    assert (env["pairs"], env["queries"], env["topK"]) == ("/grappa/pairs.npy", "/srv/q.txt", 5)
+    assert "candidates" not in env
+    rd = desired.run_dir(job, spec)
+    assert desired.artifacts(rd, spec) == {
+        "embeddings": rd + "/predictions/embeddings.npy", "manifest": rd + "/predictions/manifest.json",
+        "pairScores": rd + "/predictions/pair_scores.npy", "topk": rd + "/predictions/topk.npy",
+        "topkScores": rd + "/predictions/topk_scores.npy", "evaluation": rd + "/predictions/evaluation.json"}
+    from grappa_operator.api import Artifacts
+    Artifacts.model_validate(desired.artifacts(rd, spec))

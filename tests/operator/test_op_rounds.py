@@ -69,6 +69,17 @@ def test_plateau_trigger(t0):
     assert d2 is None
 
 
+def test_plateau_of_a_link_job_reads_its_validation_mrr(t0):
+    spec = make_spec(task="link-prediction",
+                     grappa={"rounds": {"every": 0, "plateau": {"patience": 2, "minDelta": 0.01}}})
+    rs = rounds.initial(spec, t0)
+    decisions = []
+    for e, v in enumerate([0.2, 0.3, 0.3, 0.3]):
+        rs, d, reason = rounds.decide(spec, rs, progress(e, 0, valMrr=v), t0)
+        decisions.append((d, reason))
+    assert all(d is None for d, _ in decisions[:3]) and decisions[3][1] == "plateau"
+
+
 def test_state_machine_decides_and_emits_event(job, t0):
     spec = make_spec(grappa={"rounds": {"every": 3}})
     st = running_status(rounds=rounds.initial(spec, t0), progress=progress(2, 0))

@@ -21,7 +21,9 @@ BUILTIN_DATASETS = (
     "cora", "citeseer", "coauthor-cs", "coauthor-physics", "amazon-computers", "amazon-photo",
 )
 SYNTHETIC_DATASETS = ("csbm", "rmat")
-OGB_DATASETS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+OGB_NODE_DATASETS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+OGB_LINK_DATASETS = ("ogbl-collab", "ogbl-citation2")  # task link-prediction only
+OGB_DATASETS = OGB_NODE_DATASETS + OGB_LINK_DATASETS
 DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + OGB_DATASETS + ("arrays", "file")
 
 STRATEGIES = ("grappa", "full", "varco", "retexo")
@@ -32,6 +34,12 @@ STRATEGY_NEEDS = {
     "retexo": "trains the model layer by layer, one stage per layer",
 }
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
+
+TASKS = ("node-classification", "link-prediction")
+Task = Literal[TASKS]  # type: ignore[valid-type]
+# Datasets link prediction trains on (data/link_split.py): every one; the seeded split, or the
+# dataset's own (arrays' edge files, OGB's link split), is made when the store is prepared.
+LINK_DATASETS = DATASET_NAMES
 
 # Bounds on free-form strings and lists: the GrappaJob CRD compares these sections in CEL rules,
 # and the API server's cost estimate needs a maximum size for every string and list they hold.
@@ -94,7 +102,8 @@ class ArraysConfig(Section):
 
 class DatasetConfig(Section):
     name: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
-        "csbm", description="Built-in dataset, synthetic generator, OGB node dataset (ogbn-*), "
+        "csbm", description="Built-in dataset, synthetic generator, OGB node dataset (ogbn-*), OGB "
+                            "link dataset (ogbl-collab, ogbl-citation2: task link-prediction), "
                             "'arrays' for your own .npy files, or 'file' for a saved PyG Data.")
     root: Optional[str] = Field(
         None, max_length=PATH_MAX, description="Folder holding the datasets (defaults to $GRAPPA_DATA_ROOT, then ./data).")
@@ -108,7 +117,7 @@ class DatasetConfig(Section):
         "float32", description="How the chunk store keeps features (float16 halves the disk and "
                                "page cache; workers compute in float32).")
     add_inverse_edges: Optional[bool] = Field(
-        None, description="ogbn-* and arrays: also store the reverse of every edge (default: OGB's "
+        None, description="ogb* and arrays: also store the reverse of every edge (default: OGB's "
                           "own choice per dataset; false for arrays).")
     arrays: ArraysConfig = Field(default_factory=ArraysConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
@@ -122,7 +131,7 @@ class DatasetConfig(Section):
             raise ValueError(f"dataset.arrays applies to dataset.name 'arrays' only (name is "
                              f"{self.name!r}): remove it or set name: arrays")
         if self.add_inverse_edges is not None and self.name not in OGB_DATASETS + ("arrays",):
-            raise ValueError(f"dataset.addInverseEdges applies to ogbn-* and arrays only; dataset "
+            raise ValueError(f"dataset.addInverseEdges applies to ogbn-*, ogbl-* and arrays only; dataset "
                              f"{self.name!r} is already stored with both directions: remove it")
         return self
 
@@ -340,6 +349,33 @@ class VarcoConfig(Section):
         return self
 
 
+class LinkConfig(Section):
+    """Link prediction (`task: link-prediction`; trainer/grappa/tasks/link_prediction.py): the
+    seeded edge split (PyG RandomLinkSplit semantics: validation and test edges are removed from
+    message passing; an undirected graph keeps both directions of an edge together), the decoder,
+    the training negatives and the evaluation's negatives."""
+
+    val_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of the supervision edges held out for validation "
+        "(RandomLinkSplit's num_val); removed from message passing.")
+    test_fraction: float = Field(
+        0.2, ge=0, lt=1, description="Share held out for testing (RandomLinkSplit's num_test); "
+        "removed from message passing.")
+    split_seed: int = Field(0, ge=0, description="Seed of the edge split and of the evaluation's negatives.")
+    decoder: Literal["dot", "distmult", "mlp"] = Field(
+        "dot", description="Score of a pair (u, v) from the embeddings: dot = <h_u, h_v>; distmult = "
+        "<h_u, diag(r) h_v> with a learnt r; mlp = a 2-layer MLP of h_u * h_v.")
+    negatives: int = Field(
+        1, ge=1, le=1000, description="Training negatives per positive edge (u, v): (u, v') with v' "
+        "uniform over the worker's owned nodes.")
+    eval_negatives: int = Field(
+        1000, ge=1, le=100000, description="Negatives per validation/test positive for MRR "
+        "(ogbl-citation2's evaluator: 1,000 corrupted destinations per positive).")
+    shared_negatives: int = Field(
+        10000, ge=1, le=10_000_000, description="One set of negative pairs per split that every "
+        "positive is ranked against for Hits@K and AUC (ogbl-collab's evaluator).")
+
+
 class CheckpointConfig(Section):
     interval: int = Field(10, ge=0, description="Checkpoint every k epochs; 0 disables.")
 
@@ -353,11 +389,15 @@ class TrainConfig(Section):
         "varco: full with compressed activations at a falling rate (see varco). retexo: one "
         "boundary exchange per layer for the whole run, layers trained stage by stage.")
     partitions: int = Field(4, ge=1, le=1024, description="Number of workers P.")
+    task: Task = Field(  # type: ignore[valid-type]
+        "node-classification", description="What the GNN is trained for: node-classification (a "
+        "label per node) or link-prediction (a score per node pair; see link).")
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     grappa: GrappaConfig = Field(default_factory=GrappaConfig)
     varco: VarcoConfig = Field(default_factory=VarcoConfig)
+    link: LinkConfig = Field(default_factory=LinkConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     run_dir: str = Field("runs/latest", description="Where reports, metrics and checkpoints go.")
@@ -384,12 +424,42 @@ class TrainConfig(Section):
         if self.strategy != "varco" and self.varco != VarcoConfig():
             raise ValueError(f"varco settings apply to strategy varco only (strategy is {self.strategy!r}): "
                              "remove them or set strategy: varco")
+        self._check_task()
         fan = self.training.fanouts
         if fan is not None and len(fan) != self.model.layers:
             raise ValueError(
                 f"training.fanouts has {len(fan)} entries but model.layers is {self.model.layers}: "
                 "give one fanout per layer, input layer first")
         return self
+
+    def _check_task(self) -> None:
+        """What task link-prediction can run with today; each refusal names the field and the fix."""
+        if self.task != "link-prediction":
+            if self.dataset.name in OGB_LINK_DATASETS:
+                raise ValueError(f"dataset.name {self.dataset.name!r} is an OGB link-prediction dataset (its "
+                                 "labels are edges): set task: link-prediction")
+            if self.link != LinkConfig():
+                raise ValueError(f"link settings apply to task link-prediction only (task is "
+                                 f"{self.task!r}): remove them or set task: link-prediction")
+            return
+        lk = self.link
+        if lk.val_fraction + lk.test_fraction >= 1:
+            raise ValueError(f"link.valFraction ({lk.val_fraction}) + link.testFraction "
+                             f"({lk.test_fraction}) must be < 1 to leave training edges: lower them")
+        if self.strategy not in ("grappa", "full"):
+            raise ValueError(f"strategy {self.strategy!r} cannot serve task link-prediction yet "
+                             "(grappa and full score edges): set strategy: grappa or full")
+        if self.sampled_eval:
+            raise ValueError("task link-prediction is evaluated exactly (every node's embedding, "
+                             "layer by layer): set training.evalMode: exact (mini-batch mode "
+                             "defaults to sampled)")
+        if self.model.user_model is not None:
+            raise ValueError(f"task link-prediction trains the built-in models (model.arch) only "
+                             f"for now, not model.custom (factory {self.model.custom.factory}): "
+                             "remove model.custom")
+        if self.dataset.name not in LINK_DATASETS:
+            raise ValueError(f"task link-prediction cannot split dataset.name {self.dataset.name!r}: use "
+                             f"one of {', '.join(LINK_DATASETS)}")
 
     def _check_strategy_settings(self) -> None:
         if self.strategy == "retexo" and self.training.epochs < self.model.layers:

@@ -162,8 +162,8 @@ def _inference(command: str, model, config: ConfigLike, *, store, out, workers, 
     from grappa.inference.commands import infer
     path = model.model_path if isinstance(model, TrainResult) else Path(model)
     graph = {k: settings.pop(k) for k in list(settings) if k in ("dataset", "data_root", "download")}
-    options = {k: settings.pop(k) for k in ("scores", "embeddings", "embedding_dtype", "evaluate")
-               if k in settings}
+    options = {k: settings.pop(k) for k in ("scores", "embeddings", "embedding_dtype", "evaluate", "pairs",
+                                            "queries", "candidates", "top_k") if k in settings}
     if settings:
         raise ConfigError(f"grappa.{command}: unknown settings {sorted(settings)}")
     given = config is not None or bool(graph) or bool(set)
@@ -179,7 +179,9 @@ def _inference(command: str, model, config: ConfigLike, *, store, out, workers, 
         set=[f"{k}=" for k in (set or {})], code_path=str(code_path) if code_path else None,
         **({"scores": bool(options.get("scores")), "embeddings": options.get("embeddings"),
             "embedding_dtype": options.get("embedding_dtype", "float16"),
-            "evaluate": bool(options.get("evaluate"))} if command == "predict" else {}))
+            "evaluate": bool(options.get("evaluate")),
+            **{k: (None if options.get(k) is None else str(options[k]) if k != "top_k" else int(options[k]))
+               for k in ("pairs", "queries", "candidates", "top_k")}} if command == "predict" else {}))
     out, manifest = infer(command, cfg, args)
     return PredictResult(out, manifest)
 
@@ -187,13 +189,17 @@ def _inference(command: str, model, config: ConfigLike, *, store, out, workers, 
 def predict(model, config: ConfigLike = None, *, store=None, out=None, workers: Optional[int] = None,
             scores: bool = False, embeddings: Optional[int] = None, embedding_dtype: str = "float16",
             evaluate: bool = False, code_path=None, progress: bool = True,
-            edges_per_block: Optional[int] = None, set: Optional[dict] = None, **graph: Any) -> PredictResult:
-    """Classes (and optionally scores, embeddings, accuracy) of every node, as `grappa predict`.
+            edges_per_block: Optional[int] = None, set: Optional[dict] = None, pairs=None, queries=None,
+            candidates=None, top_k: Optional[int] = None, **graph: Any) -> PredictResult:
+    """Classes (and optionally scores, embeddings, accuracy) of every node, as `grappa predict`;
+    for a link-prediction model its embeddings, and the scores of `pairs` and the `top_k`
+    `candidates` of `queries` (files, as the command line's --pairs, --queries, --candidates).
     `model`: a model file or a TrainResult; the graph: the model's training store by default,
     else `store=` or a dataset (`dataset="cora"`, `config=`)."""
     return _inference("predict", model, config, store=store, out=out, workers=workers, code_path=code_path,
                       progress=progress, edges_per_block=edges_per_block, set=set, scores=scores,
-                      embeddings=embeddings, embedding_dtype=embedding_dtype, evaluate=evaluate, **graph)
+                      embeddings=embeddings, embedding_dtype=embedding_dtype, evaluate=evaluate,
+                      pairs=pairs, queries=queries, candidates=candidates, top_k=top_k, **graph)
 
 
 def evaluate(model, config: ConfigLike = None, *, store=None, out=None, workers: Optional[int] = None,

@@ -228,12 +228,24 @@ def check_model_imports(cfg: TrainConfig) -> None:
 def print_result(result: dict, report: dict, run_dir: str) -> None:
     acc = result.get("test_acc")
     mb = (report.get("train_bytes_total", 0) + report.get("fetch_bytes_total", 0)) / 1e6
+    if "test_mrr" in result:  # link prediction
+        def f(key: str) -> str:
+            return "n/a" if result.get(key) is None else f"{result[key]:.4f}"
+        print(f"final test MRR {f('test_mrr')}, Hits@10 {f('test_hits@10')}, Hits@50 "
+              f"{f('test_hits@50')}, Hits@100 {f('test_hits@100')}, AUC {f('test_auc')} (best "
+              f"validation MRR {result['best_val']:.4f} at epoch {result['best_epoch']}); training "
+              f"traffic {mb:.1f} MB; report {run_dir}/report.json, plot {run_dir}/training.png")
+        return
     print(f"final test accuracy {acc:.4f} (best validation {result['best_val']:.4f} at epoch "
           f"{result['best_epoch']}); training traffic {mb:.1f} MB; report {run_dir}/report.json, "
           f"plot {run_dir}/training.png")
 
 
 def cmd_single(cfg: TrainConfig) -> int:
+    if cfg.task != "node-classification":
+        raise ConfigError(f"task: grappa single trains node-classification only so far (task is "
+                          f"{cfg.task!r}): run it with grappa train (strategy grappa, --partitions 1 "
+                          "for one worker)")
     from grappa.app.report import write_report
     from grappa.data.datasets import load_dataset
     from grappa.runtime.single_process import train_single

@@ -27,7 +27,13 @@ class TrainerMetrics:
         self.train_acc = gauge("train_accuracy", f"Training accuracy at the last evaluation, {MEASURED}")
         self.val_acc = gauge("val_accuracy", f"Validation accuracy at the last evaluation, {MEASURED}")
         self.test_acc = gauge("test_accuracy", f"Test accuracy at the last evaluation, {MEASURED}")
-        self.best_val = gauge("best_val_accuracy", "Best validation accuracy so far.")
+        self.best_val = gauge("best_val_accuracy", "Best validation accuracy so far (link prediction: "
+                              "best validation MRR).")
+        # link prediction (tasks/link_prediction.py: OGB's evaluators), at the last evaluation
+        self.val_mrr = gauge("val_mrr", "Validation MRR (each positive against its own negatives).")
+        self.test_mrr = gauge("test_mrr", "Test MRR (each positive against its own negatives).")
+        self.test_hits50 = gauge("test_hits_at_50", "Test Hits@50 (against the shared negatives).")
+        self.test_auc = gauge("test_auc", "Test AUC (positives against the shared negatives).")
         self.epoch = gauge("epoch", "Epochs completed.")
         self.epochs_total = gauge("epochs_total", "Epochs the job will run.")
         self.round = gauge("round", "Current repartition round.")

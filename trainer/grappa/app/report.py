@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 def write_report(run_dir: str | Path, config: dict, history: list[dict], result: dict,
                  extra: Optional[dict] = None) -> Path:
     run_dir = Path(run_dir)
-    evals = [h for h in history if h.get("val_acc") is not None]
+    evals = [h for h in history if h.get("val_acc") is not None or h.get("val_mrr") is not None]
     extra = {"evaluation": describe_evaluation(config), "resumed_at": resumes(run_dir), **(extra or {})}
     report = {
         "config": config,
@@ -162,13 +162,16 @@ def history_figure(history: list[dict], title: Optional[str], evaluation: str,
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     ep = [h["epoch"] for h in history]
     ax_loss.plot(ep, [h["loss"] for h in history], label="train loss (seeds)")
-    ev = [h for h in history if h.get("val_acc") is not None]
+    # link prediction plots MRR (val, test), node classification accuracy (train, val, test)
+    metric = "mrr" if any(h.get("val_mrr") is not None for h in history) else "acc"
+    ev = [h for h in history if h.get(f"val_{metric}") is not None]
     for split, style in (("train", ":"), ("val", "-"), ("test", "--")):
-        ax_acc.plot([h["epoch"] for h in ev], [h[f"{split}_acc"] for h in ev], style, label=split)
+        if any(f"{split}_{metric}" in h for h in ev):
+            ax_acc.plot([h["epoch"] for h in ev], [h[f"{split}_{metric}"] for h in ev], style, label=split)
     best = next((h for h in ev if h["epoch"] == best_epoch), None)
     if best is not None:
-        ax_acc.plot([best_epoch], [best["val_acc"]], "*", color="black", markersize=11,
-                    label=f"best val {best['val_acc']:.3f} (epoch {best_epoch}, model.pt)")
+        ax_acc.plot([best_epoch], [best[f"val_{metric}"]], "*", color="black", markersize=11,
+                    label=f"best val {best[f'val_{metric}']:.3f} (epoch {best_epoch}, model.pt)")
     starts = sorted({h["round_start"] for h in history if h.get("round_start", 0) > 0})
     for ax in (ax_loss, ax_acc):
         for s in starts:
@@ -179,7 +182,7 @@ def history_figure(history: list[dict], title: Optional[str], evaluation: str,
         ax.set_xlabel("epoch")
         ax.legend(loc="best", fontsize=8)
     ax_loss.set_ylabel("loss")
-    ax_acc.set_ylabel(f"accuracy ({evaluation})")
+    ax_acc.set_ylabel(f"{'MRR' if metric == 'mrr' else 'accuracy'} ({evaluation})")
     fig.suptitle((title or "Grappa training") + ("  (grey lines: repartition rounds)" if starts else ""))
     fig.tight_layout()
     return fig

@@ -51,6 +51,14 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
                         "hidden layer)")
     p.add_argument("--embedding-dtype", choices=EMBED_DTYPES, default="float16")
     p.add_argument("--evaluate", action="store_true", help="also score the splits (evaluation.json)")
+    link = p.add_argument_group("link-prediction models (inference/link_outputs.py)")
+    link.add_argument("--pairs", metavar="FILE", help="score these node pairs (.npy [2, E] or [E, 2], or text "
+                                                      "'u v' lines): pair_scores.npy")
+    link.add_argument("--queries", metavar="FILE", help="for these node ids (.npy [Q] or text), the top-k "
+                                                        "candidates: topk.npy, topk_scores.npy")
+    link.add_argument("--candidates", metavar="FILE", help="the nodes --queries' candidates come from "
+                                                           "(default: every node)")
+    link.add_argument("--top-k", type=int, metavar="K", help="candidates kept per query node (default 10)")
 
 
 INFERENCE_COMMANDS = {
@@ -102,6 +110,9 @@ def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate:
     check_width(model_path, meta, manifest["num_features"], store_path)
     if not evaluate:
         return
+    if meta.get("task") == "link-prediction":
+        from grappa.inference.link_outputs import check_evaluable
+        return check_evaluable(model_path, store_path, manifest)
     if not any(c.get(s) for c in manifest["chunks"] for s in ("train", "val", "test")):
         raise DatasetError(
             f"the graph in {store_path} has no labelled node in a train, val or test split, so there is "
@@ -116,7 +127,8 @@ def check_fit(model_path: str, meta: dict, manifest: dict, store_path, evaluate:
 def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *, predict: bool,
             evaluate: bool, scores: bool = False, embed: Optional[int] = None,
             embed_dtype: str = "float16", block_edges: Optional[int] = None,
-            code_path: Optional[str] = None):
+            code_path: Optional[str] = None, pairs: Optional[str] = None, queries: Optional[str] = None,
+            candidates: Optional[str] = None, top_k: Optional[int] = None):
     """The job after every check that needs no worker: the model fits the graph, the layer and
     the worker count exist."""
     from grappa.config import ConfigError
@@ -125,11 +137,16 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     from grappa.models.model_file import store_fingerprint
     man = store.manifest
     check_fit(model, meta, man, store.path, evaluate)
+    from grappa.inference.link_outputs import check_request
+    link = check_request(model, meta, int(man["num_nodes"]), scores=scores, pairs=pairs, queries=queries,
+                         candidates=candidates, top_k=top_k)
     layers = len(meta["widths"])  # passes of exact inference: the layers, or 1 (custom.py)
     if embed is not None and layers < int(meta["model"]["layers"]):
         raise ConfigError(f"model {model} ({meta['model']['custom']['factory']}) does not expose its "
                           "layers (an inference_per_layer method, as PyG's BasicGNN has), so only its "
                           "output is computed: drop --embeddings, or add inference_per_layer to the model")
+    if link and predict:  # a link model's output is its embedding: written by default
+        embed = embed or layers
     if embed is not None:
         embed = embed or max(1, layers - 1)
         if not 1 <= embed <= layers:
@@ -144,7 +161,7 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
                       store_fingerprint=store_fingerprint(man), out=str(out.resolve()), workers=workers,
                       predict=predict, scores=scores, embed_layer=embed, embed_dtype=embed_dtype,
                       evaluate=evaluate, block_edges=block_edges or DEFAULT_BLOCK_EDGES,
-                      code_path=str(Path(code_path).resolve()) if code_path else None)
+                      code_path=str(Path(code_path).resolve()) if code_path else None, **link)
 
 
 def resolve_graph(args: argparse.Namespace, cfg, meta: dict, out: Path, scores_splits: bool):
@@ -184,7 +201,9 @@ def build_job(command: str, args: argparse.Namespace, cfg, out: Path):
     job = new_job(args.model, meta, graph.store, out, args.partitions, predict=predict, evaluate=evaluate,
                   scores=bool(getattr(args, "scores", False)), embed=getattr(args, "embeddings", None),
                   embed_dtype=getattr(args, "embedding_dtype", "float16"), block_edges=args.edges_per_block,
-                  code_path=args.code_path)
+                  code_path=args.code_path, pairs=getattr(args, "pairs", None),
+                  queries=getattr(args, "queries", None), candidates=getattr(args, "candidates", None),
+                  top_k=getattr(args, "top_k", None))
     return job, int(graph.store.manifest["num_nodes"]), len(meta["widths"])
 
 
@@ -222,7 +241,10 @@ def print_summary(m: dict, out: Path) -> None:
     for name, f in m["files"].items():
         print(f"  {out / f['file']}: {f['dtype']} {f['shape']} ({f['holds']})")
     ev = m.get("evaluation")
-    if ev:
+    if ev and m.get("task") == "link-prediction":
+        from grappa.inference.link_outputs import summary_line
+        print(f"  {summary_line(ev)}; report {out / 'evaluation.json'}")
+    elif ev:
         accs = ", ".join(f"{s} {v['acc']:.4f}" for s, v in ev.items() if v["acc"] is not None)
         print(f"  accuracy: {accs}; report {out / 'evaluation.json'}")
     print(f"  manifest {out / 'manifest.json'}")

@@ -34,6 +34,15 @@ class PredictJob:
     block_edges: int = DEFAULT_BLOCK_EDGES
     block_rows: int = 1 << 16      # output rows assembled at a time
     code_path: Optional[str] = None  # a custom model's code, when not where it was trained from
+    # link prediction (a model trained with task: link-prediction; link_outputs.py)
+    task: str = "node-classification"
+    pairs: Optional[str] = None        # node pairs to score (pair_scores.npy)
+    pairs_sha256: Optional[str] = None
+    queries: Optional[str] = None      # query nodes whose top_k best candidates are written (topk.npy)
+    queries_sha256: Optional[str] = None
+    candidates: Optional[str] = None   # the candidate nodes (None: every node)
+    candidates_sha256: Optional[str] = None
+    top_k: Optional[int] = None
 
     @property
     def scratch(self) -> Path:
@@ -57,4 +66,6 @@ class PredictJob:
 
 
 # The fields that decide the outputs; the layers' row files depend on the first two alone.
-IDENTITY = ("model_sha256", "store_fingerprint", "predict", "scores", "embed_layer", "embed_dtype", "evaluate")
+# The link outputs' input files count by content; None (not asked) matches a job recorded before them.
+IDENTITY = ("model_sha256", "store_fingerprint", "predict", "scores", "embed_layer", "embed_dtype", "evaluate",
+            "pairs_sha256", "queries_sha256", "candidates_sha256", "top_k")

@@ -22,7 +22,8 @@ from grappa.inference.job import IDENTITY, SCRATCH, PredictJob
 FORMAT = "grappa-inference-outputs"
 MANIFEST = "manifest.json"
 EVALUATION = "evaluation.json"
-OUTPUT_FILES = ("predictions.npy", "scores.npy", "embeddings.npy", EVALUATION, MANIFEST)
+OUTPUT_FILES = ("predictions.npy", "scores.npy", "embeddings.npy", "pair_scores.npy", "topk.npy",
+                "topk_scores.npy", EVALUATION, MANIFEST)
 START_OVER_FLAG = "--start-over"
 
 

@@ -45,6 +45,10 @@ def output_specs(job: PredictJob, widths: list[int]) -> list[OutputSpec]:
     if not job.predict:
         return []
     last = len(widths)
+    if job.task == "link-prediction":  # embeddings always; pair scores and top-k: link_outputs.py
+        e = job.embed_layer or last
+        what = "the embedding the decoder scores" if e == last else "after ReLU, the next layer's input"
+        return [OutputSpec("embeddings", e, job.embed_dtype, widths[e - 1], f"output of layer {e} of {last} ({what})")]
     specs = [OutputSpec("predictions", last, "int32", None, "predicted class of each node (argmax of the logits)")]
     if job.scores:
         specs.append(OutputSpec("scores", last, "float16", widths[-1],

@@ -51,7 +51,9 @@ def job_from_env() -> PredictJob:
     named_graph(store, meta, f"spec.dataset ({cfg.dataset.name})")  # said when not the training graph
     return new_job(spec["model"], meta, store, Path(cfg.run_dir) / spec["out"], cfg.partitions, predict=True,
                    evaluate=bool(spec.get("evaluate")), scores=bool(spec.get("scores")),
-                   embed=spec.get("embeddings"), embed_dtype=spec.get("embeddingDtype", "float16"))
+                   embed=spec.get("embeddings"), embed_dtype=spec.get("embeddingDtype", "float16"),
+                   pairs=spec.get("pairs"), queries=spec.get("queries"), candidates=spec.get("candidates"),
+                   top_k=spec.get("topK"))
 
 
 def coordinate(job: PredictJob) -> dict:
@@ -75,6 +77,13 @@ def report_result(m: dict) -> None:
     from grappa.runtime.job_progress import Progress
     from grappa.runtime.kube_status import JobStatus
     ev = m.get("evaluation") or {}
+    if m.get("task") == "link-prediction":  # MRR, Hits@K, AUC of the val and test edges
+        val, test = ev.get("val") or {}, ev.get("test") or {}
+        final = {f"test_{k}": v for k, v in test.items() if k != "edges"}
+        JobStatus.from_env().report(Progress(val_mrr=val.get("mrr"), test_mrr=test.get("mrr"),
+                                             test_hits50=test.get("hits@50"), test_auc=test.get("auc"),
+                                             best_val=val.get("mrr"), final_metrics=final), final=True)
+        return
     acc = {split: (ev.get(split) or {}).get("acc") for split in ("train", "val", "test")}
     JobStatus.from_env().report(Progress(train_acc=acc["train"], val_acc=acc["val"], test_acc=acc["test"],
                                          best_val=acc["val"]), final=True)

@@ -23,6 +23,7 @@ from grappa.data.rowfiles import LayerRows, layer_complete, layer_file
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.assign import base_chunks
 from grappa.data.store.chunk_store import ChunkStore
+from grappa.inference import link_outputs
 from grappa.inference.job import PredictJob
 from grappa.inference.out_folder import EVALUATION, FORMAT, MANIFEST
 from grappa.inference.outputs import assemble, id_range, output_specs
@@ -109,7 +110,14 @@ def run_worker(job: PredictJob, rank: int) -> None:
                            tick=lambda n: status.add("assembled_rows", n))
         status.add("bytes_written", written)
         marker.write_text("")
-    if job.evaluate:
+    marker = scratch / f"link-outputs-{rank}"
+    if job.task == link_outputs.LINK and (job.pairs or job.queries) and not marker.exists():
+        status.update(phase="pairs", force=True)  # pair scores and top-k: this rank's rows
+        status.add("bytes_written", link_outputs.write_rank_outputs(job, model, store, rank))
+        marker.write_text("")
+    if job.evaluate and job.task == link_outputs.LINK:
+        status.state["link_sums"] = link_outputs.evaluation_sums(job, model, store, rank)
+    elif job.evaluate:
         status.state["split_sums"] = split_sums(model, g, scratch, base_chunks(rank, job.workers, K),
                                                 job.block_rows)
     status.update(phase="done", bytes_read=g.bytes_read, force=True)
@@ -138,13 +146,18 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
     n = int(store.manifest["num_nodes"])
     meta = loaded.meta
     training_graph = job.store_fingerprint == (meta.get("store") or {}).get("fingerprint")
+    files = {s.name: {"file": s.file, "dtype": s.dtype, "shape": [n] if s.width is None else [n, s.width],
+                      "holds": s.holds} for s in specs}
+    link_specs = link_outputs.output_specs(job, n)
+    files.update({s.name: {"file": s.file, "dtype": s.dtype, "shape": [rows] if s.width is None else
+                           [rows, s.width], "holds": s.holds} for s, rows in link_specs})
     manifest = {
         "format": FORMAT, "command": "predict" if job.predict else "evaluate", "job": job.identity,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "num_nodes": n, "rows": "row v of every file is node v in the dataset's own numbering",
-        "files": {s.name: {"file": s.file, "dtype": s.dtype,
-                           "shape": [n] if s.width is None else [n, s.width], "holds": s.holds}
-                  for s in specs},
+        "num_nodes": n, "rows": "row v of every file is node v in the dataset's own numbering"
+                                + ("; pair_scores.npy follows --pairs' order, topk*.npy --queries'"
+                                   if link_specs else ""),
+        "task": job.task, "files": files,
         "model": {"file": str(Path(job.model).resolve()), "sha256": job.model_sha256, **meta["model"],
                   "widths": meta["widths"], "num_classes": meta["num_classes"],
                   "strategy": meta["strategy"], "grappa_version": meta["grappa_version"]},
@@ -158,10 +171,11 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
     }
     manifest["nodes_per_second"] = n / max(manifest["seconds"], 1e-9)  # start-up included
     if job.evaluate:
-        manifest["evaluation"] = evaluation([w["split_sums"] for w in workers])
+        manifest["evaluation"] = link_outputs.evaluation([w["link_sums"] for w in workers]) \
+            if job.task == link_outputs.LINK else evaluation([w["split_sums"] for w in workers])
         atomic_write(out / EVALUATION, json.dumps({"model": manifest["model"], "dataset": manifest["dataset"],
                                                    **manifest["evaluation"]}, indent=1).encode())
-    for s in specs:
+    for s in [*specs, *(s for s, _ in link_specs)]:
         os.replace(scratch / s.file, out / s.file)
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
     shutil.rmtree(scratch, ignore_errors=True)

@@ -57,6 +57,8 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
                   "dropout": m.dropout,
                   **({"custom": _custom_record(m.custom)} if m.user_model else {})},
         **({"code": code, "mode": cfg.training.mode} if m.user_model else {}),
+        # link prediction: the last width is the embedding's, and a decoder's parameters follow
+        **({"task": cfg.task, "decoder": cfg.link.decoder} if cfg.task != "node-classification" else {}),
         "widths": list(widths), "num_features": int(num_features), "num_classes": int(num_classes),
         "feature_dtype": manifest["feature_dtype"] if manifest else "float32",
         "strategy": cfg.strategy if manifest else "single",
@@ -182,6 +184,9 @@ def read_meta(path: str | Path) -> tuple[dict, dict]:
             f"model file {path} holds the last RETEXO stage only (the stages' layers are saved as "
             "RUN_DIR/stage-*.pt); predictions need a model trained with strategy grappa, full or "
             "varco, or `grappa single`")
+    if rec.get("task", "node-classification") not in ("node-classification", "link-prediction"):
+        raise ModelFileError(f"model file {path} is a {rec['task']!r} model, a task this Grappa does "
+                             "not know; upgrade Grappa")
     state = rec.pop("state_dict")
     return rec, state
 
@@ -196,6 +201,11 @@ def load_model(path: str | Path, code_path: Optional[str] = None) -> LoadedModel
     cfg = ModelConfig(**meta["model"])
     if cfg.user_model is not None:
         model = _load_custom(Path(path), meta, cfg, code_path)
+    elif meta.get("task") == "link-prediction":  # the GNN's last width is the embedding's; a decoder
+        from grappa.tasks.link_prediction import Decoder
+        width = int(meta["widths"][-1])
+        model = GNN(cfg, int(meta["num_features"]), width)
+        model.decoder = Decoder(meta.get("decoder", "dot"), width)
     else:
         model = GNN(cfg, int(meta["num_features"]), int(meta["num_classes"]))
     try:

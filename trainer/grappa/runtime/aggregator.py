@@ -20,7 +20,6 @@ import torch
 
 from grappa.config import TrainConfig, dump_config
 from grappa.data.store.chunk_store import ChunkStore
-from grappa.models.build import build_model
 from grappa.models.model_file import describe as describe_model
 from grappa.models.model_file import located, save_model
 from grappa.models.params import flat_state, num_buffer_values, num_params
@@ -34,6 +33,7 @@ from grappa.runtime.stop import SigtermWatch, StopRequested
 from grappa.runtime.transport import Link
 from grappa.runtime.worker import steps_per_epoch
 from grappa.strategies.grappa.rounds import RoundDecision, round_seed
+from grappa.tasks import build_task_model
 from grappa.util.process_memory import PeakMemory
 
 log = logging.getLogger("grappa.aggregator")
@@ -50,8 +50,7 @@ class Aggregator:
         self.workers = list(range(1, link.world_size))
         self.manifest = ChunkStore(cfg.store_path).manifest
         torch.manual_seed(cfg.training.seed)
-        self.model = build_model(cfg.model, self.manifest["num_features"], self.manifest["num_classes"],
-                                 cfg.training.mode)
+        self.model = build_task_model(cfg, self.manifest["num_features"], self.manifest["num_classes"])
         self.optimizer = make_optimizer(cfg, self.model)
         self.exchange = StepExchange(link, self.model, self.optimizer)
         self.n_params = num_params(self.model)
@@ -60,6 +59,8 @@ class Aggregator:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
         self.best = {"val": -1.0, "test": None, "epoch": None, "state": None}
+        # what selects the best epoch (validation) and what the result reports of it (test)
+        self.select = ("val_mrr", "test_mrr") if cfg.task == "link-prediction" else ("val_acc", "test_acc")
         self.progress = Progress(epochs_total=cfg.training.epochs)
         self.memory = PeakMemory(interval=0.5)
         self.last_epoch = LastEpoch(self.run_dir)
@@ -160,6 +161,9 @@ class Aggregator:
     def evaluate(self) -> dict:
         """Exact layer-wise inference: after each hidden layer, a barrier (every worker has
         written its rows; one element each way). Sampled evaluation: the workers' stats only."""
+        if self.cfg.task == "link-prediction":
+            from grappa.runtime.link_eval import aggregator_evaluate
+            return aggregator_evaluate(self.model.passes, self.workers, self.link)
         if not self.cfg.sampled_eval:
             for _ in range(self.model.passes - 1):
                 self.link.recv_many([(torch.empty(1), r) for r in self.workers], "eval")
@@ -208,7 +212,7 @@ class Aggregator:
         self.optimizer.load_state_dict(ck["optimizer"])
         self.best, self.history = ck["best"], ck["history"]
         for rec in self.history:
-            self.progress.val_history.append((rec["epoch"], rec.get("val_acc")))
+            self.progress.val_history.append((rec["epoch"], rec.get(self.select[0])))
         log.info("resuming from %s (epoch %d)", path, ck["epoch"])
         self._jsonl({"event": "resume", "epoch": ck["epoch"], "checkpoint": str(path)})
         self.last_epoch.on_disk(ck["epoch"], self.steps_done(), path)
@@ -315,17 +319,23 @@ class Aggregator:
         return sum(now[d].get(kind, 0) - before[d].get(kind, 0) for d in ("sent", "received"))
 
     def _track_best(self, rec: dict, epoch: int) -> None:
-        val = rec.get("val_acc")
+        val = rec.get(self.select[0])
         if val is not None and val > self.best["val"]:
-            self.best = {"val": val, "test": rec.get("test_acc"), "epoch": epoch,
+            self.best = {"val": val, "test": rec.get(self.select[1]), "epoch": epoch,
                          "state": {k: v.clone() for k, v in self.model.state_dict().items()}}
+            if self.cfg.task == "link-prediction":  # every test metric of the selected epoch
+                self.best["test_metrics"] = {k: v for k, v in rec.items() if k.startswith("test_")}
 
     def _publish(self, rec: dict, started: float, done_here: int) -> None:
         p = self.progress
         p.epoch, p.round, p.loss = rec["epoch"], rec["round"], rec["loss"]
         if "val_acc" in rec:
             p.train_acc, p.val_acc, p.test_acc = rec["train_acc"], rec["val_acc"], rec["test_acc"]
-            p.val_history.append((rec["epoch"], rec["val_acc"]))
+        if "val_mrr" in rec:
+            p.val_mrr, p.test_mrr = rec["val_mrr"], rec["test_mrr"]
+            p.test_hits50, p.test_auc = rec.get("test_hits@50"), rec.get("test_auc")
+        if rec.get(self.select[0]) is not None:
+            p.val_history.append((rec["epoch"], rec[self.select[0]]))
         p.best_val, p.best_epoch = self.best["val"], self.best["epoch"]
         p.epoch_seconds = rec["epoch_seconds"]
         p.train_bytes_per_epoch, p.eval_bytes_per_epoch = rec["train_bytes"], rec["eval_bytes"]
@@ -339,6 +349,10 @@ class Aggregator:
             for name in ("train", "val", "test"):
                 if rec.get(f"{name}_acc") is not None:
                     getattr(m, f"{name}_acc").set(rec[f"{name}_acc"])
+            for key, gauge in (("val_mrr", m.val_mrr), ("test_mrr", m.test_mrr),
+                               ("test_hits@50", m.test_hits50), ("test_auc", m.test_auc)):
+                if rec.get(key) is not None:
+                    gauge.set(rec[key])
             m.best_val.set(max(self.best["val"], 0.0))
             m.observe_bytes(self.link.bytes)
 
@@ -347,8 +361,14 @@ class Aggregator:
             save_model(self.run_dir / "model.pt", self.describe(), self.best["state"])
         # exact evaluation's row files (the workers have stopped): (L - 1) x n x hidden floats
         shutil.rmtree(self.run_dir / "eval-layers", ignore_errors=True)
-        result = {"test_acc": self.best["test"], "best_val": self.best["val"],
+        result = {self.select[1]: self.best["test"], "best_val": self.best["val"],
                   "best_epoch": self.best["epoch"]}
-        self.progress.test_acc = self.best["test"]
+        if self.cfg.task == "link-prediction":
+            result.update(self.best.get("test_metrics") or {})
+            result["selected_by"] = self.select[0]
+            self.progress.final_metrics = dict(self.best.get("test_metrics") or {})
+            self.progress.test_mrr = self.best["test"]  # the status's testMrr: of the best epoch
+        if self.cfg.task == "node-classification":  # the status's testAcc is an accuracy
+            self.progress.test_acc = self.best["test"]
         self.sink.report(self.progress, final=True)
         return result

@@ -21,13 +21,19 @@ class Progress:
     train_acc: Optional[float] = None
     val_acc: Optional[float] = None
     test_acc: Optional[float] = None
-    best_val: Optional[float] = None
+    # link prediction (tasks/link_prediction.py): ranking metrics at the last evaluation
+    val_mrr: Optional[float] = None
+    test_mrr: Optional[float] = None
+    test_hits50: Optional[float] = None
+    test_auc: Optional[float] = None
+    best_val: Optional[float] = None  # validation accuracy, or validation MRR for link prediction
     best_epoch: Optional[int] = None
     epoch_seconds: Optional[float] = None
     train_bytes_per_epoch: Optional[int] = None
     eval_bytes_per_epoch: Optional[int] = None
     eta_seconds: Optional[float] = None
-    val_history: list = field(default_factory=list)  # (epoch, val_acc)
+    val_history: list = field(default_factory=list)  # (epoch, val_acc or val_mrr)
+    final_metrics: dict = field(default_factory=dict)  # link prediction: the best epoch's test_* figures
 
 
 class RoundSource(Protocol):

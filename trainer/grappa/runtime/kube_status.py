@@ -25,7 +25,9 @@ def _now() -> str:
 def progress_status(p: Progress) -> dict[str, Any]:
     doc = {
         "epoch": p.epoch, "epochsTotal": p.epochs_total, "round": p.round, "loss": p.loss,
-        "trainAcc": p.train_acc, "valAcc": p.val_acc, "testAcc": p.test_acc, "bestVal": p.best_val,
+        "trainAcc": p.train_acc, "valAcc": p.val_acc, "testAcc": p.test_acc,
+        "valMrr": p.val_mrr, "testMrr": p.test_mrr, "testHits50": p.test_hits50, "testAuc": p.test_auc,
+        "bestVal": p.best_val,
         "bestEpoch": p.best_epoch, "epochSeconds": p.epoch_seconds,
         "trainBytesPerEpoch": p.train_bytes_per_epoch, "evalBytesPerEpoch": p.eval_bytes_per_epoch,
         "etaSeconds": p.eta_seconds, "updatedAt": _now(),
@@ -68,6 +70,12 @@ class JobStatus:
             status["progress"]["finished"] = True
             status["result"] = {"testAcc": progress.test_acc, "bestVal": progress.best_val,
                                 "bestEpoch": progress.best_epoch}
+            m = progress.final_metrics  # link prediction: the best epoch's ranking metrics
+            for key, name in (("test_mrr", "testMrr"), ("test_hits@10", "testHits10"),
+                              ("test_hits@50", "testHits50"), ("test_hits@100", "testHits100"),
+                              ("test_auc", "testAuc")):
+                if m.get(key) is not None:
+                    status["result"][name] = round(float(m[key]), 6)
         try:
             self._call(self.api.patch_namespaced_custom_object_status, {"status": status})
         except Exception as err:

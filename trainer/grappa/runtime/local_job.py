@@ -241,6 +241,8 @@ class LocalJob:
                 post = {"round": rec["round"], "loss": f"{rec['loss']:.3f}"}
                 if rec.get("val_acc") is not None:
                     post["val"] = f"{rec['val_acc']:.3f}"
+                elif rec.get("val_mrr") is not None:
+                    post["val MRR"] = f"{rec['val_mrr']:.3f}"
                 bar.set_postfix(post)
             bar.refresh()
         return offset + len(complete.encode())

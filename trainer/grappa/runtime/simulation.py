@@ -32,6 +32,9 @@ class Simulation:
         if cfg.strategy != "grappa":
             raise ValueError(f"the in-process simulation runs strategy grappa only, not {cfg.strategy!r}; "
                              "use `grappa train` (processes)")
+        if cfg.task != "node-classification":
+            raise ValueError(f"the in-process simulation runs node classification only so far, not "
+                             f"task {cfg.task!r}; use `grappa train` (processes)")
         self.cfg = cfg
         self.store = store or ChunkStore(cfg.store_path)
         man = self.store.manifest

@@ -21,6 +21,9 @@ from grappa.tasks.node_classification import evaluate_full
 
 def train_single(cfg: TrainConfig, data: Data,
                  on_epoch: Optional[Callable[[dict], None]] = None) -> tuple[dict, list[dict]]:
+    if cfg.task != "node-classification":
+        raise ValueError(f"the single-process baseline trains node classification only so far, "
+                         f"not task {cfg.task!r}: use grappa train (--partitions 1 is one worker)")
     torch.manual_seed(cfg.training.seed)
     model = build_model(cfg.model, data.num_features, int(data.num_classes), cfg.training.mode)
     opt = make_optimizer(cfg, model)

@@ -22,7 +22,6 @@ from grappa.data.idhash import hash64, hash_key
 from grappa.data.sampling.store_sampler import StoreSampler
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.chunk_store import ChunkStore
-from grappa.models.build import build_model
 from grappa.models.params import load_flat_state, num_buffer_values, num_params
 from grappa.runtime import protocol as proto
 from grappa.runtime.exchange import StepExchange
@@ -33,6 +32,7 @@ from grappa.strategies import make_strategy, strategy_class
 from grappa.strategies.base import epoch_seed
 from grappa.strategies.full.halo_exchange import LinkPeers
 from grappa.strategies.grappa.rounds import RoundDecision
+from grappa.tasks import build_task_model
 from grappa.tasks.node_classification import split_stats
 from grappa.util.process_memory import PeakMemory
 
@@ -48,7 +48,7 @@ class Worker:
         self.store = store or ChunkStore(cfg.store_path)
         man = self.store.manifest
         torch.manual_seed(cfg.training.seed)
-        self.model = build_model(cfg.model, man["num_features"], man["num_classes"], cfg.training.mode)
+        self.model = build_task_model(cfg, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
         self.optimizer = make_optimizer(cfg, self.model)
@@ -69,7 +69,12 @@ class Worker:
             self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
             return
         from grappa.runtime.exact_eval import LayerwiseEvaluation
-        self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base, Path(self.cfg.run_dir) / "eval-layers")
+        scratch = Path(self.cfg.run_dir) / "eval-layers"
+        self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base, scratch)
+        if self.cfg.task == "link-prediction":
+            from grappa.runtime.link_eval import LinkEvaluation
+            self.link_eval = LinkEvaluation(self.store, self.shard.link, self.shard.index,
+                                            self.cfg.partitions, scratch)
 
     def receive_params(self) -> None:
         buf = torch.empty(self.n_params + self.n_buf, dtype=torch.float32)
@@ -115,6 +120,9 @@ class Worker:
     def evaluate(self) -> None:
         if self.cfg.sampled_eval:
             return self.evaluate_sampled()
+        if self.cfg.task == "link-prediction":
+            from grappa.runtime.link_eval import worker_evaluate
+            return worker_evaluate(self.model, self.exact_eval, self.link_eval, self.link)
         model, ev = self.model, self.exact_eval
         model.eval()
         for layer in range(model.passes - 1):

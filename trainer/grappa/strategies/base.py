@@ -73,7 +73,7 @@ class Strategy(ABC):
         self.graph = g = build_local_graph(self.store, self.base, var)
         coverage_sum = self.prepare_round(g)
         release_free_memory()
-        seeds = g.seeds
+        seeds = self.examples()
         log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
                  decision.round, var, g.num_nodes, g.num_halo, g.num_edges,
                  coverage_sum / seeds.numel() if seeds.numel() else float("nan"))
@@ -89,13 +89,18 @@ class Strategy(ABC):
         """Derive what this round's steps need from the local graph; returns the coverage sum
         over the seeds (the number of seeds when every seed is fully covered)."""
 
+    def examples(self) -> Tensor:
+        """What this round's steps train on, as the ids a batch holds: the seed nodes (local
+        ids); a task whose examples are not nodes (link prediction's positive edges) says so."""
+        return self.graph.seeds
+
     def start_epoch(self, epoch: int) -> list[Tensor]:
         """Seeds the RNGs for this epoch (dropout, sampling) and returns its batches of seeds."""
         self.step = epoch  # the global step in full-graph mode
         s = epoch_seed(self.cfg.training.seed, self.rank, epoch)
         self.gen = torch.Generator().manual_seed(s)
         torch.manual_seed(s)  # dropout masks
-        seeds = self.graph.seeds
+        seeds = self.examples()
         if self.cfg.training.mode == "full-graph":
             return [seeds] if seeds.numel() or self.needs_peers else []
         if not seeds.numel():

@@ -1,7 +1,9 @@
 """One worker's contribution to a step, as a pure function (the worker sends it; tests and the
 gradient-fidelity harness call it directly): the gradient of sum_v w_v l_v and sum_v w_v, the
 losses l_v from the task, the weights w_v from the reducer (strategies/grappa/reducer.py;
-correction "none" gives every strategy's unit weights)."""
+correction "none" gives every strategy's unit weights). For link prediction the examples are
+positive edges, each with its negatives, and its loss and coverage come from
+tasks/link_prediction.py (`link_contribution`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from grappa.data.blocks import Block
 from grappa.models import GNN
 from grappa.models.params import flat_grads
 from grappa.strategies.grappa.reducer import seed_weights, weighted_loss_sum
+from grappa.tasks import link_prediction as lp
 from grappa.tasks.node_classification import num_correct, seed_losses
 
 
@@ -48,4 +51,23 @@ def contribution_from(model: GNN, forward: Callable[[], Tensor], seeds_local: Te
     return Contribution(
         grad_sum=flat_grads(model), weight_sum=wsum, loss_sum=float(losses.detach().sum()),
         correct=num_correct(out, y), seeds=int(y.numel()),
+        mean_weight=float(weights.mean()) if weights.numel() else 0.0)
+
+
+def link_contribution(model: GNN, forward: Callable[[], Tensor], pos: Tensor, neg: Tensor,
+                      cov_e: Tensor, correction: str, lam: float, wbar: float) -> Contribution:
+    """Link prediction: `forward()` gives the embeddings that `pos` [2, E] (the positives) and
+    `neg` [E, k] (their negatives' destinations) index into; the examples are the positives,
+    their losses l_e and coverages c_e the task's (tasks/link_prediction.py)."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    emb = forward()
+    p, n = lp.pair_scores(model.decoder, emb, pos, neg)
+    losses = lp.example_losses(p, n)
+    weights = seed_weights(cov_e, correction, lam, wbar)
+    loss, wsum = weighted_loss_sum(losses, weights)
+    loss.backward()
+    return Contribution(
+        grad_sum=flat_grads(model), weight_sum=wsum, loss_sum=float(losses.detach().sum()),
+        correct=lp.num_ranked_first(p.detach(), n.detach()), seeds=int(pos.shape[1]),
         mean_weight=float(weights.mean()) if weights.numel() else 0.0)

@@ -10,6 +10,17 @@ Training needs all of them. Inference needs edges and features only (`need_label
 graph without labels.npy has every node unlabelled, one without a split file no node in that
 split; whatever is there is checked the same.
 
+Link prediction (task: link-prediction) needs edges and features only; its supervision edges are
+the seeded split of edges.npy, or the folder's own (`link_split`, all optional but the three
+edge files go together):
+
+    <folder>/train_edges.npy, val_edges.npy, test_edges.npy   [2, E] int node ids
+    <folder>/val_neg.npy, test_neg.npy          [E_split, k] negative destinations per positive (MRR)
+    <folder>/val_shared_neg.npy, test_shared_neg.npy   [2, N] negative pairs (Hits@K, AUC)
+
+The validation and test edges are removed from edges.npy's message passing (both directions when
+the graph is undirected); negatives not given are drawn as for the seeded split.
+
 Everything is checked from the headers before any data is read; edge ids, feature values and
 labels are checked block by block as they stream (file and row named in every error).
 """
@@ -29,6 +40,10 @@ from grappa.data.sources.npyio import NpyHeader, npy_header, read_rows
 from grappa.data.sources.split_files import SplitIndex
 
 FEATURE_DTYPES = (np.float32, np.float16)
+LINK_EDGE_FILES = {"train": "train_edges.npy", "val": "val_edges.npy", "test": "test_edges.npy"}
+LINK_NEGATIVE_FILES = {"val_neg": "val_neg.npy", "test_neg": "test_neg.npy",
+                       "val_shared_neg": "val_shared_neg.npy", "test_shared_neg": "test_shared_neg.npy"}
+LINK_FILES = (*LINK_EDGE_FILES.values(), *LINK_NEGATIVE_FILES.values())
 
 
 class EdgeColumns(EdgePart):
@@ -158,6 +173,31 @@ class ArraysSource(GraphSource):
             raise DatasetError(f"{h.origin}: shape {h.shape}; a split is a bool mask [n] or a 1-D index array")
         _integer(h, "split indices")
         self.splits.add_indices(code, read_rows(h, path, 0, h.rows), h.origin)
+
+    def link_split(self):
+        """The folder's own link split (train_edges.npy, ...), or None: the seeded split."""
+        from grappa.data.link_split import GivenSplit
+        present = {s: self.folder / f for s, f in LINK_EDGE_FILES.items() if (self.folder / f).is_file()}
+        negatives = {s: self.folder / f for s, f in LINK_NEGATIVE_FILES.items() if (self.folder / f).is_file()}
+        if not present:
+            if negatives:
+                raise DatasetError(f"{next(iter(negatives.values()))} gives negatives for edge files that are "
+                                   f"not there: add {', '.join(LINK_EDGE_FILES.values())} to {self.folder}, "
+                                   "or remove the negative files to split edges.npy")
+            return None
+        missing = [f for s, f in LINK_EDGE_FILES.items() if s not in present]
+        if missing:
+            raise DatasetError(f"{self.folder} has {', '.join(p.name for p in present.values())} but not "
+                               f"{', '.join(missing)}: give all three edge files (an empty [2, 0] array for a "
+                               "split without edges), or none to split edges.npy")
+        arrays = {}
+        for key, path in {**present, **negatives}.items():
+            h = npy_header(path)
+            _integer(h, "node ids")
+            arrays[key] = read_rows(h, path, 0, h.rows) if len(h.shape) == 1 else np.load(path)
+        return GivenSplit(edges={s: arrays[s] for s in LINK_EDGE_FILES},
+                          negatives={s: arrays[s] for s in LINK_NEGATIVE_FILES if s in arrays},
+                          files={**LINK_EDGE_FILES, **LINK_NEGATIVE_FILES}, where=str(self.folder))
 
     def edge_parts(self, parts: int) -> list[EdgePart]:
         total = max(1, self.num_edges)

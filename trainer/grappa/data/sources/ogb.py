@@ -1,5 +1,6 @@
-"""OGB node-property datasets (ogbn-arxiv, ogbn-products, ogbn-papers100M) in OGB's own layout,
-read in bounded memory, with OGB's per-dataset semantics (the facts of ogb 1.3.6's master.csv).
+"""OGB node-property datasets (ogbn-arxiv, ogbn-products, ogbn-papers100M) and link-property
+datasets (ogbl-collab, ogbl-citation2) in OGB's own layout, read in bounded memory, with OGB's
+per-dataset semantics (the facts of ogb 1.3.6's master.csv).
 
     <root>/ogbn_arxiv/RELEASE_v1.txt                 written by OGB with every download
     <root>/ogbn_arxiv/raw/num-node-list.csv.gz       one line: n (node datasets hold one graph)
@@ -10,6 +11,18 @@ read in bounded memory, with OGB's per-dataset semantics (the facts of ogb 1.3.6
     <root>/ogbn_arxiv/split/time/{train,valid,test}.csv.gz   node ids, one per line
     binary variant (papers100M): raw/data.npz (edge_index [2, E], num_nodes_list, num_edges_list,
     node_feat [n, f]) and raw/node-label.npz (node_label [n, 1], NaN = unlabelled)
+
+Link datasets have no node-label file; raw/edge.csv.gz holds the training graph only, and the
+supervision edges are OGB's split, torch-saved dicts of arrays (read with torch, as OGB does):
+
+    <root>/ogbl_collab/split/time/train.pt      {"edge": [E, 2], "weight", "year"}
+    <root>/ogbl_collab/split/time/{valid,test}.pt   ... and "edge_neg": [N, 2] (Hits@50's shared negatives)
+    <root>/ogbl_citation2/split/time/train.pt   {"source_node": [E], "target_node": [E]}
+    <root>/ogbl_citation2/split/time/{valid,test}.pt  ... and "target_node_neg": [E, 1000] (MRR's)
+
+The split is taken as published (a collab pair may collaborate in two years: in two splits);
+negatives OGB does not give (collab's per-positive ones, citation2's shared ones) are drawn as for
+the seeded split (data/link_split.py).
 """
 from __future__ import annotations
 
@@ -35,17 +48,25 @@ class OgbMeta:
     split: str               # split/<split>/
     binary: bool             # raw/data.npz instead of CSV
     version: int = 1
+    kind: str = "nodeproppred"  # or linkproppred
 
     @property
     def url(self) -> str:
-        return f"http://snap.stanford.edu/ogb/data/nodeproppred/{self.download_name}.zip"
+        return f"http://snap.stanford.edu/ogb/data/{self.kind}/{self.download_name}.zip"
+
+    @property
+    def link(self) -> bool:
+        return self.kind == "linkproppred"
 
 
 OGB_META = {
     "ogbn-arxiv": OgbMeta("arxiv", 40, False, "time", False),
     "ogbn-products": OgbMeta("products", 47, True, "sales_ranking", False),
     "ogbn-papers100M": OgbMeta("papers100M-bin", 172, False, "time", True),
+    "ogbl-collab": OgbMeta("collab", 0, True, "time", False, kind="linkproppred"),
+    "ogbl-citation2": OgbMeta("citation-v2", 0, False, "time", False, kind="linkproppred"),
 }
+LINK_SPLIT_FILES = (("train", "train.pt"), ("val", "valid.pt"), ("test", "test.pt"))
 SPLIT_FILES = ((SPLIT_TRAIN, "train"), (SPLIT_VAL, "valid"), (SPLIT_TEST, "test"))
 
 
@@ -117,25 +138,27 @@ class OgbSource(GraphSource):
                 f"{release} is missing: {self.dir} is not a complete OGB download of {name} "
                 f"(version {self.meta.version}). Fix: delete it and set dataset.download: true, or "
                 f"unzip {self.meta.url} into {root} and rename the folder to {self.dir.name}")
-        self.num_classes = self.meta.num_classes
+        self.num_classes = self.meta.num_classes or None
         self.add_inverse_edges = self.meta.add_inverse_edge if add_inverse_edges is None else add_inverse_edges
         if self.meta.binary:
             self._open_binary()
         else:
             self._open_csv()
-        self.splits = self._splits()
+        self.splits = SplitIndex(self.num_nodes) if self.meta.link else self._splits()
         self.split_origin = self.splits.origins
 
     def _open_csv(self) -> None:
         self.num_nodes = _single_value(self.raw / "num-node-list.csv.gz", "node")
         self.num_edges = _single_value(self.raw / "num-edge-list.csv.gz", "edge")
-        for f in ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz"):
+        for f in ("edge.csv.gz", "node-feat.csv.gz") + (() if self.meta.link else ("node-label.csv.gz",)):
             if not (self.raw / f).is_file():
                 raise DatasetError(f"{self.raw / f} is missing; download {self.name} again")
         first = next(csv_blocks(self.raw / "node-feat.csv.gz", np.float32, None, block_bytes=1 << 16))[1]
         self.num_features = first.shape[1]
         self.feature_origin = str(self.raw / "node-feat.csv.gz")
         self.label_origin = str(self.raw / "node-label.csv.gz")
+        if self.meta.link:
+            self.labels_required = False  # a link dataset's labels are its split's edges
 
     def _open_binary(self) -> None:
         data = self.raw / "data.npz"
@@ -176,6 +199,39 @@ class OgbSource(GraphSource):
         raise DatasetError(f"{folder} has no split ({', '.join(p.name for p in csvs)} or "
                            f"split_dict.pt); download {self.name} again")
 
+    def link_split(self):
+        """OGB's own link split (module docstring); None for a node dataset."""
+        if not self.meta.link:
+            return None
+        import torch
+
+        from grappa.data.link_split import GivenSplit
+        folder = self.dir / "split" / self.meta.split
+        edges, negatives, files = {}, {}, {}
+        for split, name in LINK_SPLIT_FILES:
+            path = folder / name
+            if not path.is_file():
+                raise DatasetError(f"{path} is missing: {self.dir} is not a complete download of {self.name}; "
+                                   "delete it and set dataset.download: true")
+            d = torch.load(path, weights_only=False)  # OGB's own file, same trust as the download
+            try:
+                if "edge" in d:  # ogbl-collab
+                    edges[split] = np.asarray(d["edge"], dtype=np.int64).reshape(-1, 2).T
+                    if "edge_neg" in d:
+                        negatives[f"{split}_shared_neg"] = np.asarray(d["edge_neg"], dtype=np.int64).reshape(-1, 2).T
+                        files[f"{split}_shared_neg"] = f"{name}[edge_neg]"
+                else:  # ogbl-citation2
+                    edges[split] = np.stack([np.asarray(d["source_node"], dtype=np.int64).reshape(-1),
+                                             np.asarray(d["target_node"], dtype=np.int64).reshape(-1)])
+                    if "target_node_neg" in d:
+                        negatives[f"{split}_neg"] = np.asarray(d["target_node_neg"], dtype=np.int64)
+                        files[f"{split}_neg"] = f"{name}[target_node_neg]"
+            except (KeyError, TypeError, ValueError) as err:
+                raise DatasetError(f"{path} is not an OGB link split ({err!r}): download {self.name} again") from None
+            files[split] = name
+        return GivenSplit(edges=edges, negatives=negatives, files=files, where=str(folder),
+                          held_out_in_graph=False, check_overlap=False)
+
     def edge_parts(self, parts: int) -> list[EdgePart]:
         if self.meta.binary:
             return [NpzEdges(self.raw / "data.npz", self.num_edges)]
@@ -198,6 +254,10 @@ class OgbSource(GraphSource):
                         yield y_stream.take(min(block_rows, self.num_nodes - lo))
             return RowStream(x_blocks(), self.feature_origin), RowStream(y_blocks(), self.label_origin)
         x_csv = (a for _, a in csv_blocks(self.raw / "node-feat.csv.gz", np.float32, self.num_features))
+        if self.meta.link:  # no node labels: every node unlabelled
+            y_csv = (np.full((min(block_rows, self.num_nodes - lo), 1), np.nan)
+                     for lo in range(0, self.num_nodes, block_rows))
+            return RowStream(x_csv, self.feature_origin), RowStream(y_csv, self.label_origin)
         y_csv = (a for _, a in csv_blocks(self.raw / "node-label.csv.gz", np.float64, 1))
         return RowStream(x_csv, self.feature_origin), RowStream(y_csv, self.label_origin)
 

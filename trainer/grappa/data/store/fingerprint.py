@@ -31,7 +31,8 @@ def input_files(cfg: DatasetConfig) -> tuple[Path, list[Path]]:
         return Path("."), []
     from grappa.data.sources import dataset_path
     folder, a = dataset_path(cfg), cfg.arrays
-    names = [a.features, a.labels, a.train, a.val, a.test, *a.src, *a.dst]
+    from grappa.data.sources.arrays import LINK_FILES
+    names = [a.features, a.labels, a.train, a.val, a.test, *a.src, *a.dst, *LINK_FILES]
     files = [folder / n for n in names]
     if not a.src:
         for pattern in a.edges or ["edges.npy"]:

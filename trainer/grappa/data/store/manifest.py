@@ -11,6 +11,9 @@ Layout of a store folder:
     chunk-<k>/x.npy          [n_k, f] float32 or float16 (dataset.featureDtype)
     chunk-<k>/y.npy          [n_k] int32 label, -1 = unlabelled
     chunk-<k>/split.npy      [n_k] uint8: 0 none, 1 train, 2 val, 3 test
+    link/*.npy               task link-prediction only: the supervision edges and the
+                             evaluation's negatives (data/link_split.py); the chunks then hold
+                             the message-passing edges only
 
 A node's in-degree is indptr[i + 1] - indptr[i]. Each file's entry records dtype, shape, the
 number of data bytes and the sha256 of the data (the bytes after the .npy header).
@@ -28,6 +31,7 @@ from grappa.data.errors import ChunkStoreError
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 CHUNK_OF = "chunk_of.npy"
+LINK_DIR = "link"
 CHUNK_FILES = ("nodes.npy", "indptr.npy", "indices.npy", "x.npy", "y.npy", "split.npy")
 
 

@@ -25,6 +25,11 @@ def store_source(cfg: TrainConfig) -> dict:
     d = json.loads(cfg.dataset.model_dump_json())
     d.pop("root", None)
     d.pop("download", None)
+    if cfg.task == "link-prediction":  # the split decides which edges the store holds
+        lk = cfg.link
+        d["link_split"] = {"val_fraction": lk.val_fraction, "test_fraction": lk.test_fraction,
+                           "split_seed": lk.split_seed, "eval_negatives": lk.eval_negatives,
+                           "shared_negatives": lk.shared_negatives}
     return d
 
 
@@ -59,7 +64,7 @@ def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = Fal
             f"the new one is complete), or delete {store}")
     if changed:
         manifest = _replace(cfg, store, source_id, _recorded(folder, prints), progress, purpose)
-    if purpose.need_labels and int(manifest["num_classes"]) < 1:
+    if purpose.need_labels and cfg.task != "link-prediction" and int(manifest["num_classes"]) < 1:
         raise ChunkStoreError(
             f"the chunk store {store} holds a graph without labels (prepared for predict): training "
             f"needs labels.npy and train/val/test; give another storeDir, or delete {store}")
@@ -77,12 +82,22 @@ def _prepare(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dic
     with removed_if_left_empty(store):  # a refused dataset leaves no empty store folder
         ensure_writable(store, "storeDir", "--store-dir")
         from grappa.data.open import open_dataset
-        source = open_dataset(cfg.dataset, progress=progress, need_labels=purpose.need_labels)
+        # link prediction trains on edges: node labels and splits are optional, as for inference
+        link = cfg.task == "link-prediction" and purpose.need_labels
+        source = open_dataset(cfg.dataset, progress=progress, need_labels=purpose.need_labels and not link)
         if purpose.check_source is not None:
             purpose.check_source(source)
+        extra_files = None
+        if link:
+            # val/test edges leave message passing before the store sees the graph; the split is
+            # the dataset's own (arrays' edge files, OGB's link split) or the seeded one
+            from grappa.data.link_split import link_source
+            given = source.link_split() if hasattr(source, "link_split") else None
+            source, extra_files = link_source(source, cfg.link, given)
         return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
                        feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
-                       workers=cfg.prepare.workers, progress=progress, extra=extra)
+                       workers=cfg.prepare.workers, progress=progress, extra=extra,
+                       extra_files=extra_files)
 
 
 def _replace(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dict], progress: bool,

@@ -32,7 +32,7 @@ from grappa.data.sources.checks import check_label_gaps
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.finalise import RangeResult, RangeTask, finalise_range
 from grappa.data.store.manifest import (
-    CHUNK_OF, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest
+    CHUNK_OF, LINK_DIR, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest
 )
 from grappa.data.store.npywriter import NpyWriter
 from grappa.data.store.passes import Plan, edge_pass, node_pass
@@ -122,7 +122,8 @@ def default_workers(source: GraphSource, block_edges: int, requested: Optional[i
 
 def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int, source_id: dict, *,
             feature_dtype: str = "float32", block_edges: int = 1 << 22, workers: Optional[int] = None,
-            progress: bool = True, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+            progress: bool = True, extra: Optional[dict[str, Any]] = None,
+            extra_files: Optional[Callable[[Path], dict[str, Any]]] = None) -> dict[str, Any]:
     """Write the store for `source` and return its manifest. Idempotent: an existing store for the
     same `source_id`, K and seed is returned untouched; a different one raises ChunkStoreError.
     `extra` goes into the manifest as it is (e.g. the source files' fingerprints)."""
@@ -155,6 +156,8 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
         manifest = _manifest(source, plan, source_id, nodes_out, files, stats, edges_read)
         workers_peak = [v for pid, v in sorted(peaks.by_pid.items()) if pid != os.getpid()]
         manifest.update(extra or {})
+        if extra_files is not None:  # more files of the store (the link split): in place before the manifest
+            manifest.update(extra_files(staging))
         manifest["prepare"] = {"block_edges": block_edges, "workers": nworkers,
                                "range_bits": plan.range_bits,
                                "seconds": round(time.perf_counter() - started, 2),
@@ -274,7 +277,7 @@ def _clear_leftovers(out_dir: Path) -> None:
     if not out_dir.exists():
         return
     ours = [p for p in out_dir.iterdir()
-            if p.name == CHUNK_OF or p.name.startswith(("chunk-", ".staging-"))]
+            if p.name in (CHUNK_OF, LINK_DIR) or p.name.startswith(("chunk-", ".staging-"))]
     others = [p.name for p in out_dir.iterdir() if p not in ours]
     if others:
         raise ChunkStoreError(

@@ -6,6 +6,13 @@ every later layer their activations; the backward pass returns the gradients of 
 to their owners (BNS-GCN with p = 1, DistDGL-style feature fetching; the exchange is
 fullcomm.py). Every seed is fully covered, so the weights are 1 and the aggregator's
 sum_p grad_p / sum_p seeds_p is exactly the full-graph gradient. Full-graph mode only.
+
+Link prediction: a worker trains the training edges whose destination it owns, whatever owns the
+source. The source of such an edge is an in-neighbour of its destination (training edges carry
+messages), so it is owned or in the halo: after the last layer one more exchange fetches the halo
+rows' embeddings (their gradients go back with the others). Negatives are uniform over the owned
+nodes; with unit weights the reduced gradient is exactly the full-graph gradient of the mean BCE
+over every training edge and the negatives drawn.
 """
 from __future__ import annotations
 
@@ -62,20 +69,53 @@ class FullStrategy(Strategy):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fetch_log: dict = {}  # bytes sent per (layer, direction), for byte accounting
+        self.link = self.pos = self.negatives = None
+        if self.cfg.task == "link-prediction":
+            from grappa.data.link_split import LinkEdges
+            self.link = LinkEdges(self.store.path, self.store.manifest)
 
     def prepare_round(self, g: LocalGraph) -> float:
         self.plan = build_plan(g, halo_owner(g, self.cfg.partitions), self.index,
                                self.cfg.partitions, self.peers)
         self.block = owned_block(g.indptr, g.indices, g.deg, g.num_owned)
         self.x_own = g.features.gather(torch.arange(g.num_owned))  # halo rows are fetched per step
+        if self.link is not None:
+            from grappa.data.link_split import supervision_in
+            # destination owned, source anywhere local (owned or halo: an in-neighbour)
+            pos = supervision_in(self.link["train"], g.global_ids.numpy(), g.num_owned, g.num_nodes)
+            self.pos = torch.from_numpy(pos).to(torch.int64)
+            return float(self.pos.shape[1])
         return float(g.seeds.numel())
+
+    def examples(self) -> Tensor:
+        if self.link is not None:
+            return torch.arange(self.pos.shape[1])
+        return super().examples()
 
     def codec_for(self) -> Optional[Callable[[int, int], object]]:
         """Compression of the exchanged rows per (layer, width); None sends them whole."""
         return None
 
     def contribute(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
+        if self.link is not None:
+            return self.contribute_link(batch)
         forward = lambda: forward_full(self.model, self.x_own, self.block, self.plan,  # noqa: E731
                                        self.peers, self.codec_for(), self.fetch_log)
         return contribution_from(self.model, forward, batch, torch.ones(batch.numel()),
                                  self.graph.y[batch], "none", 0.0, 1.0)
+
+    def contribute_link(self, batch: Tensor) -> Contribution:
+        """Every owned node's embedding with remote rows fetched at every layer, then the halo
+        rows' embeddings fetched too; the positives `batch` with link.negatives uniform owned
+        negatives each, unit weights."""
+        from grappa.strategies.contribution import link_contribution
+        from grappa.tasks.link_prediction import sample_negatives
+        pos = self.pos[:, batch]
+        self.negatives = neg = sample_negatives(pos[0], self.graph.num_owned, self.cfg.link.negatives, self.gen)
+        last = len(self.model.layers) - 1
+
+        def forward() -> Tensor:
+            out = forward_full(self.model, self.x_own, self.block, self.plan, self.peers,
+                               self.codec_for(), self.fetch_log)
+            return _HaloExchange.apply(out, self.plan, self.peers, None, last, self.fetch_log)
+        return link_contribution(self.model, forward, pos, neg, torch.ones(pos.shape[1]), "none", 0.0, 1.0)

@@ -51,6 +51,9 @@ def _train_params(model: GNN, data, epochs: int, lr: float) -> None:
 def gradient_fidelity(cfg: TrainConfig, data, partition_seeds: Iterable[int], rounds: int = 2,
                       reducers=DEFAULT_REDUCERS, train_epochs: int = 0, degrees: str = "global",
                       work_dir: Optional[str] = None) -> list[FidelityRow]:
+    if cfg.task != "node-classification":
+        raise ValueError(f"the gradient-fidelity harness measures node classification only so far, "
+                         f"not task {cfg.task!r}")
     cfg = cfg.model_copy(deep=True)
     cfg.model.dropout = 0.0
     cfg.training.mode = "full-graph"

@@ -7,6 +7,14 @@ Step: forward on the local graph only, loss sum_v w_v l_v with w_v = lambda c_v 
 (grappa.correction; reducer.py), backward, send the gradient and sum_v w_v. Nothing else crosses
 the network. Full-graph mode computes only the rows the seeds need (blocks.seed_blocks); mini-batch
 mode samples each batch's L-hop neighbourhood on the local CSR and reads only those feature rows.
+
+Link prediction (`task: link-prediction`): the examples are the training edges
+whose destination lies in the worker's base chunks and whose source it owns (base or variable
+chunk: data/link_split.supervision_in), so each edge is trained by one worker, and a round whose
+variable chunk holds the source of a cross-chunk edge exposes it there. A step computes every
+owned node's embedding on the local graph (mini-batch mode: the sampled L-hop neighbourhood of the
+batch's endpoints), draws each positive's negatives uniformly from the owned nodes, and weighs the positive's loss by its edge coverage c_e = (c_u + c_v) / 2
+(tasks/link_prediction.py says why).
 """
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ from grappa.data.blocks import Block, seed_blocks
 from grappa.data.local_graph import LocalGraph
 from grappa.data.sampling import NeighborSampler
 from grappa.strategies.base import Strategy
-from grappa.strategies.contribution import Contribution, contribution_from
+from grappa.strategies.contribution import Contribution, contribution_from, link_contribution
 from grappa.strategies.grappa.coverage import coverage
 from grappa.strategies.grappa.rounds import RoundDecision, variable_chunk
 
@@ -40,6 +48,13 @@ class GrappaStrategy(Strategy):
     name = "grappa"
     repartitions = True
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.link = None
+        if self.cfg.task == "link-prediction":
+            from grappa.data.link_split import LinkEdges
+            self.link = LinkEdges(self.store.path, self.store.manifest)
+
     def variable_chunk(self, decision: RoundDecision):
         return variable_chunk(self.index, self.cfg.partitions, self.cfg.num_chunks, decision,
                               self.cfg.grappa.rounds.pairing)
@@ -47,9 +62,12 @@ class GrappaStrategy(Strategy):
     def end_round(self) -> None:
         super().end_round()
         self.cov = self.blocks = self.x = self.seed_rows = self.sampler = None
+        self.pos = self.cov_e = self.negatives = None
 
     def prepare_round(self, g: LocalGraph) -> float:
         self.cov = coverage(g.indptr, g.indices, g.complete, self.cfg.model.layers).to(torch.float32)
+        if self.link is not None:
+            return self.prepare_link_round(g)
         seeds = g.seeds
         if self.cfg.training.mode == "full-graph":
             # One step per epoch over every seed: the blocks and input rows are the round's.
@@ -59,16 +77,40 @@ class GrappaStrategy(Strategy):
             self.sampler = NeighborSampler(g.indptr, g.indices, self.cfg.fanouts)
         return float(self.cov[seeds].sum())
 
+    def prepare_link_round(self, g: LocalGraph) -> float:
+        """The round's positives (local ids), their edge coverage, and the blocks and input rows
+        that compute every owned node's embedding; returns the sum of c_e."""
+        from grappa.data.link_split import supervision_in
+        from grappa.tasks.link_prediction import edge_coverage
+        pos = supervision_in(self.link["train"], g.global_ids.numpy(), g.num_base, g.num_owned)
+        self.pos = torch.from_numpy(pos).to(torch.int64)
+        if self.cfg.training.mode == "full-graph":
+            self.blocks, rows, self.seed_rows = full_graph_blocks(g, torch.arange(g.num_owned), self.model)
+            self.x = self.model.prepare_input(g.features.gather(rows))
+        else:
+            self.sampler = NeighborSampler(g.indptr, g.indices, self.cfg.fanouts)
+        self.cov_e = edge_coverage(self.cov, self.pos)
+        return float(self.cov_e.sum())
+
+    def examples(self) -> Tensor:
+        if self.link is not None:  # the round's positive edges, by column of self.pos
+            return torch.arange(self.pos.shape[1])
+        return super().examples()
+
     def prepare(self, batch: Tensor) -> Optional[tuple[list[Block], Tensor]]:
         """Mini-batch: the batch's sampled blocks and input feature rows."""
         if self.cfg.training.mode == "full-graph":
             return None
+        if self.link is not None:
+            return self.prepare_link(batch)
         g = self.graph
         sub = self.sampler.sample(batch, self.gen)
         return sub.blocks(g.deg.index_select(0, sub.n_id)), g.features.gather(sub.n_id)
 
     def contribute(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
         g, gc = self.graph, self.cfg.grappa
+        if self.link is not None:
+            return self.contribute_link(batch, wbar, prepared)
         if self.cfg.training.mode == "full-graph":  # batch is every seed
             forward = lambda: self.model(self.x, self.blocks).index_select(0, self.seed_rows)  # noqa: E731
         else:
@@ -76,3 +118,35 @@ class GrappaStrategy(Strategy):
             forward = lambda: self.model(x, blocks)  # noqa: E731
         return contribution_from(self.model, forward, torch.arange(batch.numel()), self.cov[batch],
                                  g.y[batch], gc.correction, gc.shrinkage, wbar)
+
+    def contribute_link(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
+        """The positives `batch` (columns of self.pos), each with link.negatives uniform negatives
+        from the owned nodes, drawn from the epoch's generator; in mini-batch mode on the sampled
+        neighbourhood `prepared` (prepare_link's)."""
+        from grappa.tasks.link_prediction import sample_negatives
+        gc = self.cfg.grappa
+        if self.cfg.training.mode != "full-graph":
+            blocks, x, pos, neg, self.negatives = prepared if prepared is not None else self.prepare_link(batch)
+            forward = lambda: self.model(x, blocks)  # noqa: E731
+            return link_contribution(self.model, forward, pos, neg, self.cov_e[batch], gc.correction,
+                                     gc.shrinkage, wbar)
+        pos = self.pos[:, batch]
+        self.negatives = neg = sample_negatives(pos[0], self.graph.num_owned, self.cfg.link.negatives, self.gen)
+        forward = lambda: self.model(self.x, self.blocks).index_select(0, self.seed_rows)  # noqa: E731
+        return link_contribution(self.model, forward, pos, neg, self.cov_e[batch], gc.correction,
+                                 gc.shrinkage, wbar)
+
+    def prepare_link(self, batch: Tensor):
+        """Mini-batch link step: the positives `batch`, their negatives (drawn here, from the
+        sampling stream, so prefetching keeps the order), and the sampled L-hop neighbourhood of
+        every node they touch. Returns (blocks, input rows, positives and negatives as rows of the
+        blocks' output, the negatives in local ids)."""
+        from grappa.tasks.link_prediction import sample_negatives
+        g = self.graph
+        pos = self.pos[:, batch]
+        neg = sample_negatives(pos[0], g.num_owned, self.cfg.link.negatives, self.gen)
+        nodes, inv = torch.unique(torch.cat([pos.reshape(-1), neg.reshape(-1)]), return_inverse=True)
+        sub = self.sampler.sample(nodes, self.gen)
+        e = pos.shape[1]
+        return (sub.blocks(g.deg.index_select(0, sub.n_id)), g.features.gather(sub.n_id),
+                inv[:2 * e].view(2, e), inv[2 * e:].view(neg.shape), neg)
