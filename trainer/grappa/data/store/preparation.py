@@ -25,6 +25,8 @@ def store_source(cfg: TrainConfig) -> dict:
     d = json.loads(cfg.dataset.model_dump_json())
     d.pop("root", None)
     d.pop("download", None)
+    if d.get("name") != "tables":  # stores of other datasets keep the identity they had
+        d.pop("tables", None)
     return d
 
 
