@@ -220,7 +220,8 @@ def print_summary(m: dict, out: Path) -> None:
     print(f"{m['num_nodes']:,} nodes in {m['seconds']:.1f} s ({m['nodes_per_second']:,.0f} nodes/s) with "
           f"{m['workers']} workers, peak PSS per worker {peak / 2**20:.0f} MiB")
     for name, f in m["files"].items():
-        print(f"  {out / f['file']}: {f['dtype']} {f['shape']} ({f['holds']})")
+        shape = f"{f['dtype']} {f['shape']}" if "dtype" in f else f"Parquet, {f['rows']:,} rows, columns {', '.join(f['columns'])}"
+        print(f"  {out / f['file']}: {shape} ({f['holds']})")
     ev = m.get("evaluation")
     if ev:
         accs = ", ".join(f"{s} {v['acc']:.4f}" for s, v in ev.items() if v["acc"] is not None)

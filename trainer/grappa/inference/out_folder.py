@@ -22,7 +22,7 @@ from grappa.inference.job import IDENTITY, SCRATCH, PredictJob
 FORMAT = "grappa-inference-outputs"
 MANIFEST = "manifest.json"
 EVALUATION = "evaluation.json"
-OUTPUT_FILES = ("predictions.npy", "scores.npy", "embeddings.npy", EVALUATION, MANIFEST)
+OUTPUT_FILES = ("predictions.npy", "scores.npy", "embeddings.npy", "predictions.parquet", EVALUATION, MANIFEST)
 START_OVER_FLAG = "--start-over"
 
 

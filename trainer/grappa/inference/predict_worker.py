@@ -161,6 +161,12 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
         manifest["evaluation"] = evaluation([w["split_sums"] for w in workers])
         atomic_write(out / EVALUATION, json.dumps({"model": manifest["model"], "dataset": manifest["dataset"],
                                                    **manifest["evaluation"]}, indent=1).encode())
+    if specs and "tables" in store.manifest:  # a graph from tables: results keyed by the user's ids
+        from grappa.data.tables.results import TABLE_FILE, write_results
+        entry = write_results(Path(job.store), store.manifest, {s.name: scratch / s.file for s in specs},
+                              scratch / TABLE_FILE, label_names=meta.get("label_names"))
+        manifest["files"]["table"] = entry
+        os.replace(scratch / TABLE_FILE, out / TABLE_FILE)
     for s in specs:
         os.replace(scratch / s.file, out / s.file)
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
