@@ -22,6 +22,7 @@ from grappa.config import (
     PrepareConfig,
     Section,
     Strategy,
+    TablesConfig,
     TrainConfig,
     TrainingConfig,
     VarcoConfig,
@@ -276,14 +277,17 @@ SPEC_RULES = [
 _ARRAYS_EMPTY = {side: f"(!has(self.arrays.{side}) || size(self.arrays.{side}) == 0)" for side in ("src", "dst")}
 _SIZE = {side: f"(has(self.arrays.{side}) ? size(self.arrays.{side}) : 0)" for side in ("src", "dst")}
 DATASET_RULES = [
-    cel.rule("!(self.name in ['file', 'arrays']) || (has(self.path) && size(self.path) > 0)",
-             "dataset.path is required when dataset.name is 'file' (a saved PyG Data file) or "
-             "'arrays' (the folder of .npy files)", ".path"),
+    cel.rule("!(self.name in ['file', 'arrays', 'tables']) || (has(self.path) && size(self.path) > 0)",
+             "dataset.path is required when dataset.name is 'file' (a saved PyG Data file), "
+             "'arrays' (the folder of .npy files) or 'tables' (the folder of the tables)", ".path"),
+    cel.rule(f"self.name == 'tables' || !has(self.tables) || ({cel.at_defaults(TablesConfig, 'self.tables')})",
+             "dataset.tables applies to dataset.name 'tables' only: remove it or set name: tables",
+             ".tables"),
     cel.rule(f"self.name == 'arrays' || !has(self.arrays) || ({cel.at_defaults(ArraysConfig, 'self.arrays')})",
              "dataset.arrays applies to dataset.name 'arrays' only: remove it or set name: arrays",
              ".arrays"),
-    cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays'])}",
-             "dataset.addInverseEdges applies to ogbn-* and arrays only; other datasets are already "
+    cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays', 'tables'])}",
+             "dataset.addInverseEdges applies to ogbn-*, arrays and tables only; other datasets are already "
              "stored with both directions: remove it", ".addInverseEdges"),
     cel.rule(f"!has(self.arrays) || ({_ARRAYS_EMPTY['src']} && {_ARRAYS_EMPTY['dst']}) "
              "|| !has(self.arrays.edges)",
@@ -488,6 +492,8 @@ class Artifacts(Section):
     embeddings: Optional[str] = Field(None, description="Predict jobs: embeddings.npy, the chosen layer's output.")
     manifest: Optional[str] = Field(None, description="Predict jobs: manifest.json, what each file holds.")
     evaluation: Optional[str] = Field(None, description="Predict jobs: evaluation.json, accuracy per split.")
+    table: Optional[str] = Field(None, description="Predict jobs on a graph from tables: predictions.parquet, "
+                                                   "one row per node keyed by the nodes table's own id.")
 
 
 MAX_DISRUPTIONS = 20  # status.disruptionHistory keeps the newest

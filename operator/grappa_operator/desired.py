@@ -117,6 +117,7 @@ def artifacts(run_dir_: str, spec: Optional[GrappaJobSpec] = None) -> dict[str, 
         files += [("scores", "scores.npy")] if spec.predict.scores else []
         files += [("embeddings", "embeddings.npy")] if spec.predict.embeddings else []
         files += [("evaluation", "evaluation.json")] if spec.predict.evaluate else []
+        files += [("table", "predictions.parquet")] if spec.dataset.name == "tables" else []
         return {name: posixpath.join(out, rel) for name, rel in files}
     return {name: posixpath.join(run_dir_, rel) for name, rel in (
         ("model", "model.pt"), ("report", "report.json"), ("plot", "training.png"),

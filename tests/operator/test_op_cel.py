@@ -91,7 +91,12 @@ CASES = [
     ("dataset", "dataset.arrays applies to dataset.name 'arrays' only",
      {"dataset": {"arrays": {"features": "x.npy"}}}, "dataset.arrays",
      {"dataset": {"name": "arrays", "path": "g", "arrays": {"features": "x.npy"}}}),
-    ("dataset", "addInverseEdges applies to ogbn-* and arrays only",
+    ("dataset", "dataset.tables applies to dataset.name 'tables' only",
+     {"dataset": {"tables": {"danglingEdges": "drop"}}}, "dataset.tables",
+     {"dataset": {"name": "tables", "path": "g", "tables": {"danglingEdges": "drop"}}}),
+    ("dataset", "dataset.path is required", {"dataset": {"name": "tables"}}, "dataset.path",
+     {"dataset": {"name": "tables", "path": "g"}}),
+    ("dataset", "addInverseEdges applies to ogbn-*, arrays and tables only",
      {"dataset": {"addInverseEdges": True}}, "dataset.addInverseEdges",
      {"dataset": {"name": "ogbn-arxiv", "addInverseEdges": True}, "partitions": 2}),
     ("dataset", "either edges or src/dst", {"dataset": {"name": "arrays", "path": "g", "arrays": {
