@@ -203,7 +203,7 @@ class TablesSource(GraphSource):
 
     def stage(self, staging: Path, work: Path, block_edges: int) -> dict[str, Any]:
         n, e = self.cfg.nodes, self.cfg.edges
-        part_rows = max(1 << 16, block_edges // 2)
+        part_rows = max(1 << 9, block_edges // 2)
         id_type = pa.int64() if self.id_kind == "int64" else pa.large_string()
         edge_estimate = self.edges.count_rows() or self.edges.size_bytes() // 8 + 1
         node_estimate = self.nodes.count_rows() or self.nodes.size_bytes() // 8 + 1
