@@ -92,8 +92,10 @@ class Table:
 
     def _dataset(self, path: Path) -> pads.Dataset:
         try:
-            if self.format == "parquet":
-                return pads.dataset(str(path), format="parquet")
+            if self.format == "parquet":  # no pre-buffering: it reads ahead whole column chunks
+                fmt = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(
+                    pre_buffer=False))
+                return pads.dataset(str(path), format=fmt)
             convert = pacsv.ConvertOptions(column_types={c: pa.string() for c in self.string_columns},
                                            strings_can_be_null=True)
             return pads.dataset(str(path), format=pads.CsvFileFormat(convert_options=convert))

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from grappa.data.errors import DatasetError
 
 MAX_PARTITION_BITS = 10  # 1024 run files at most per run set
-_HASH_BLOCK = 1 << 16    # strings hashed at a time: the per-byte temporaries stay small
+_HASH_BLOCK = 1 << 14    # strings hashed at a time: the per-byte temporaries stay small
 _POSITION_WEIGHTS = np.random.SeedSequence(0x1D5).generate_state(64, dtype=np.uint64) | np.uint64(1)
 
 

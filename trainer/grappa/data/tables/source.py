@@ -242,7 +242,11 @@ class TablesSource(GraphSource):
             self.num_classes = len(self.label_names) or None
         kept, dangling, rows = self._edges(work, bits, id_type, part_rows, node_runs)
         self.num_edges = kept
-        digest = hashlib.sha256(ids_path.read_bytes()).hexdigest()
+        digest = hashlib.sha256()
+        with open(ids_path, "rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+        digest = digest.hexdigest()
         return {"tables": {
             "id_column": n.id, "id_type": self.id_kind,
             "ids": {"file": IDS_FILE, "bytes": ids_path.stat().st_size, "sha256": digest},
