@@ -26,6 +26,13 @@ def test_string_hash_is_deterministic_and_spreads():
     assert counts.min() > 0.8 * len(ids) / 16 and counts.max() < 1.2 * len(ids) / 16
 
 
+def test_string_hash_uses_every_byte():
+    middle = pa.array([f"https://example.com/users/{i:06d}/profile/main" for i in range(20_000)])
+    counts = np.bincount(idmap.partition_of(middle, 3), minlength=8)
+    assert counts.min() > 0.8 * 20_000 / 8, counts
+    assert idmap.string_hash(pa.array(["ab"]))[0] != idmap.string_hash(pa.array(["ba"]))[0]
+
+
 def test_partition_bits():
     assert idmap.partition_bits(10, 100) == 0
     assert idmap.partition_bits(1000, 100) == 4
@@ -44,6 +51,7 @@ def test_lookup_is_exact_and_misses_are_minus_one():
 def test_first_duplicate_names_both_rows():
     ids = pa.array(["x", "y", "z", "y", "x"])
     assert idmap.first_duplicate(ids, np.array([0, 1, 2, 3, 4])) == ("y", 1, 3)
+    assert idmap.first_duplicate(ids, np.array([0, 1, 2, 8, 4])) == ("x", 0, 4)  # the earliest repeat row
     assert idmap.first_duplicate(pa.array(["x", "y"]), np.array([0, 1])) is None
 
 

@@ -28,8 +28,6 @@ import pyarrow.compute as pc
 from grappa.data.errors import DatasetError
 
 MAX_PARTITION_BITS = 10  # 1024 run files at most per run set
-_HASH_BLOCK = 1 << 14    # strings hashed at a time: the per-byte temporaries stay small
-_POSITION_WEIGHTS = np.random.SeedSequence(0x1D5).generate_state(64, dtype=np.uint64) | np.uint64(1)
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -43,9 +41,31 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h
 
 
+_HASH_BLOCK = 1 << 15       # strings hashed at a time: the per-byte temporaries stay small
+_BASE = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible modulo 2^64
+_BASE_INV = np.uint64(pow(int(_BASE), -1, 1 << 64))
+_powers: dict[str, np.ndarray] = {"up": np.ones(1, np.uint64), "down": np.ones(1, np.uint64)}
+
+
+def _power_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """BASE^j and BASE^-j modulo 2^64 for j < size (grown on demand, kept)."""
+    if len(_powers["up"]) < size:
+        size = max(size, 2 * len(_powers["up"]))
+        with np.errstate(over="ignore"):
+            _powers["up"] = np.cumprod(np.concatenate([[np.uint64(1)], np.full(size - 1, _BASE)]), dtype=np.uint64)
+            _powers["down"] = np.cumprod(np.concatenate([[np.uint64(1)], np.full(size - 1, _BASE_INV)]),
+                                         dtype=np.uint64)
+    return _powers["up"], _powers["down"]
+
+
 def string_hash(arr: pa.Array) -> np.ndarray:
-    """A 64-bit hash of each string of `arr` (no nulls), from its bytes: for partitioning only,
-    never taken as the id (equality is always decided on the strings themselves)."""
+    """A 64-bit hash of each string of `arr` (no nulls), from all its bytes: for partitioning
+    only, never taken as the id (equality is always decided on the strings themselves).
+
+    A polynomial hash sum_k b_k BASE^k (mod 2^64) of each string's bytes b_0.., computed for a
+    block of strings at once from one running sum over the block's bytes (byte j weighted by
+    BASE^j): a string's hash is the difference of two running sums, times BASE^-start. Three
+    array operations per byte."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     n = len(arr)
@@ -55,21 +75,18 @@ def string_hash(arr: pa.Array) -> np.ndarray:
     _, off_buf, data_buf = arr.buffers()[:3]
     wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     offsets = np.frombuffer(off_buf, dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
-    offsets = offsets.astype(np.int64)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     for a in range(0, n, _HASH_BLOCK):
         b = min(n, a + _HASH_BLOCK)
-        lo, hi = int(offsets[a]), int(offsets[b])
-        starts = offsets[a:b] - lo
-        lens = np.diff(offsets[a:b + 1])
-        h = lens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        if hi > lo:
-            pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, lens)
-            with np.errstate(over="ignore"):
-                contrib = data[lo:hi].astype(np.uint64) * _POSITION_WEIGHTS[pos & 63]
-            full = lens > 0
-            with np.errstate(over="ignore"):
-                h[full] += np.add.reduceat(contrib, starts[full])
+        off = offsets[a:b + 1].astype(np.int64)
+        lo, hi = int(off[0]), int(off[-1])
+        up, down = _power_tables(hi - lo + 1)
+        running = np.zeros(hi - lo + 1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            np.cumsum(data[lo:hi] * up[:hi - lo], out=running[1:])
+            rel = off - lo
+            h = (running[rel[1:]] - running[rel[:-1]]) * down[rel[:-1]]
+            h += np.diff(off).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
         out[a:b] = _mix(h)
     return out
 
@@ -165,15 +182,14 @@ def lookup(values: pa.Array, ids: pa.Array, rows: np.ndarray) -> np.ndarray:
 
 
 def first_duplicate(ids: pa.Array, rows: np.ndarray) -> Optional[tuple[object, int, int]]:
-    """(id, first row, second row) of an id listed twice in a partition, or None."""
-    if len(ids) < 2 or pc.count_distinct(ids).as_py() == len(ids):
+    """(id, its first row, the row that repeats it) of an id listed twice in a partition (the
+    repeat that comes first in the table), or None. One hash lookup of the ids among themselves:
+    an id whose first occurrence is elsewhere is a repeat."""
+    if len(ids) < 2:
         return None
-    order = np.asarray(pc.sort_indices(pa.table({"id": ids, "row": pa.array(rows)}),
-                                       sort_keys=[("id", "ascending"), ("row", "ascending")]))
-    sorted_ids = ids.take(pa.array(order))
-    same = np.asarray(pc.equal(sorted_ids.slice(1), sorted_ids.slice(0, len(ids) - 1)).to_numpy(
-        zero_copy_only=False))
-    candidates = np.flatnonzero(same)
-    # the pair whose second occurrence comes first in the table
-    j = candidates[np.argmin(rows[order[candidates + 1]])]
-    return sorted_ids[int(j)].as_py(), int(rows[order[j]]), int(rows[order[j + 1]])
+    first = np.asarray(pc.index_in(ids, value_set=ids).to_numpy(zero_copy_only=False), dtype=np.int64)
+    repeat = np.flatnonzero(first != np.arange(len(ids)))
+    if not repeat.size:
+        return None
+    j = repeat[np.argmin(rows[repeat])]
+    return ids[int(j)].as_py(), int(rows[first[j]]), int(rows[j])
