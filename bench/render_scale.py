@@ -100,7 +100,12 @@ def render(results: Path) -> None:
     if train.exists():
         from render_train_scale import training_section
         text += training_section(json.loads(train.read_text()), results)
-    (results / "scale.md").write_text("\n".join(HEADER + text))
+    page = results / "scale.md"
+    old = page.read_text() if page.exists() else ""
+    tables = old[old.index("<!-- tables:start -->"):] if "<!-- tables:start -->" in old else ""
+    page.write_text("\n".join(HEADER + text) + (("\n\n" + tables) if tables else ""))
+    if tables:  # bench/tables_scale.py's section: rendered from its own runs, kept here as it is
+        return
 
 
 HEADER = ["# Scale", "",
