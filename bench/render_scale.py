@@ -103,9 +103,9 @@ def render(results: Path) -> None:
     page = results / "scale.md"
     old = page.read_text() if page.exists() else ""
     tables = old[old.index("<!-- tables:start -->"):] if "<!-- tables:start -->" in old else ""
-    page.write_text("\n".join(HEADER + text) + (("\n\n" + tables) if tables else ""))
-    if tables:  # bench/tables_scale.py's section: rendered from its own runs, kept here as it is
-        return
+    # bench/tables_scale.py's section is rendered from its own runs: kept here as it is
+    base = "\n".join(HEADER + text)
+    page.write_text(base.rstrip("\n") + "\n\n" + tables if tables else base)
 
 
 HEADER = ["# Scale", "",
