@@ -210,3 +210,16 @@ def test_a_changed_table_is_refused(tmp_path):
     with pytest.raises(ChunkStoreError, match=r"edges/part-1.parquet is new"):
         prepared(cfg)
     assert json.loads((cfg.store_path / "manifest.json").read_text())["tables"] == m["tables"]
+
+
+def test_worker_processes_read_the_tables_too(tmp_path):
+    """prepare.workers 2: the node pass and the edge parts run in spawned processes (the source
+    is pickled to them) and write the same store as one process."""
+    g = graph(seed=21)
+    folder = write(tmp_path / "t", nodes_table(g), edges_table(g), parts=2)
+    one = config(folder, tmp_path / "one")
+    two = config(folder, tmp_path / "two")
+    two = two.model_copy(update={"prepare": two.prepare.model_copy(update={"workers": 2})})
+    m1, m2 = prepared(one), prepared(two)
+    assert m2["prepare"]["workers"] == 2
+    assert [c["files"] for c in m1["chunks"]] == [c["files"] for c in m2["chunks"]]
