@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-inference bench-models bench-peer peer-env clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-peer peer-env clean-data
 
 venv: $(VENV)/.ready
 
@@ -92,6 +92,11 @@ bench-scale: venv
 	$(PY) bench/train_scale.py --scales 10,19,20 --archs sage,gcn --modes full-graph
 	$(PY) bench/train_scale.py --scales 10,19,20 --archs gat,gin --modes mini-batch
 	$(PY) bench/layers.py
+
+# docs/results/scale.md, "prepare from tables": Parquet with string ids vs the arrays format on the
+# same graph, 10M and 100M edges, 500M where the disk allows (resumes from scale-tables-runs.json).
+bench-tables: venv
+	$(PY) bench/tables_scale.py --edges 10M,100M,500M
 
 # docs/results/inference.md: grappa predict at P = 8 on RMAT-20/22/24 (resumes from its JSON file).
 bench-inference: venv

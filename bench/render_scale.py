@@ -100,7 +100,12 @@ def render(results: Path) -> None:
     if train.exists():
         from render_train_scale import training_section
         text += training_section(json.loads(train.read_text()), results)
-    (results / "scale.md").write_text("\n".join(HEADER + text))
+    page = results / "scale.md"
+    old = page.read_text() if page.exists() else ""
+    tables = old[old.index("<!-- tables:start -->"):] if "<!-- tables:start -->" in old else ""
+    # bench/tables_scale.py's section is rendered from its own runs: kept here as it is
+    base = "\n".join(HEADER + text)
+    page.write_text(base.rstrip("\n") + "\n\n" + tables if tables else base)
 
 
 HEADER = ["# Scale", "",

@@ -24,6 +24,7 @@ from grappa.config import (
     PrepareConfig,
     Section,
     Strategy,
+    TablesConfig,
     Task,
     TrainConfig,
     TrainingConfig,
@@ -237,6 +238,11 @@ def _fits_nodes(count: str, field: str) -> dict[str, str]:
         "dataset.synthetic.numNodes; rmat: 2^dataset.synthetic.scale): lower it", f".{field}")
 
 
+TABLES_PAIRS_MESSAGE = (
+    "spec.predict.pairs and spec.predict.queries name nodes by the dataset's own numbering, which a graph "
+    "from tables (dataset.name: tables) does not have: remove them (predictions.parquet keys every node's "
+    "embedding by the nodes table's id)")
+
 SPEC_RULES = [
     cel.rule("!has(self.grappa.chunks) || self.grappa.chunks >= self.partitions",
              "grappa.chunks must be >= partitions: every worker needs its own base chunk",
@@ -290,6 +296,11 @@ SPEC_RULES = [
     cel.rule(f"self.task == 'link-prediction' || !(self.dataset.name in {cel.literal(list(OGB_LINK_DATASETS))})",
              "dataset.name ogbl-* is an OGB link-prediction dataset (its labels are edges): set task: "
              "link-prediction", ".dataset.name"),
+    # link prediction on a graph from tables: pairs/queries files hold the dataset's own node
+    # numbers, which tables do not have (their ids are the user's); GrappaJobSpec._train_config_checks
+    cel.rule("!has(self.predict) || self.dataset.name != 'tables' || "
+             "(!has(self.predict.pairs) && !has(self.predict.queries))",
+             TABLES_PAIRS_MESSAGE, ".predict"),
     cel.rule("self.metricsPort == 0 || self.metricsPort != self.masterPort",
              "masterPort must differ from metricsPort: the aggregator listens on both",
              ".masterPort"),
@@ -301,14 +312,17 @@ SPEC_RULES = [
 _ARRAYS_EMPTY = {side: f"(!has(self.arrays.{side}) || size(self.arrays.{side}) == 0)" for side in ("src", "dst")}
 _SIZE = {side: f"(has(self.arrays.{side}) ? size(self.arrays.{side}) : 0)" for side in ("src", "dst")}
 DATASET_RULES = [
-    cel.rule("!(self.name in ['file', 'arrays']) || (has(self.path) && size(self.path) > 0)",
-             "dataset.path is required when dataset.name is 'file' (a saved PyG Data file) or "
-             "'arrays' (the folder of .npy files)", ".path"),
+    cel.rule("!(self.name in ['file', 'arrays', 'tables']) || (has(self.path) && size(self.path) > 0)",
+             "dataset.path is required when dataset.name is 'file' (a saved PyG Data file), "
+             "'arrays' (the folder of .npy files) or 'tables' (the folder of the tables)", ".path"),
+    cel.rule(f"self.name == 'tables' || !has(self.tables) || ({cel.at_defaults(TablesConfig, 'self.tables')})",
+             "dataset.tables applies to dataset.name 'tables' only: remove it or set name: tables",
+             ".tables"),
     cel.rule(f"self.name == 'arrays' || !has(self.arrays) || ({cel.at_defaults(ArraysConfig, 'self.arrays')})",
              "dataset.arrays applies to dataset.name 'arrays' only: remove it or set name: arrays",
              ".arrays"),
-    cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays'])}",
-             "dataset.addInverseEdges applies to ogbn-*, ogbl-* and arrays only; other datasets are already "
+    cel.rule(f"!has(self.addInverseEdges) || self.name in {cel.literal(list(OGB_DATASETS) + ['arrays', 'tables'])}",
+             "dataset.addInverseEdges applies to ogbn-*, ogbl-*, arrays and tables only; other datasets are already "
              "stored with both directions: remove it", ".addInverseEdges"),
     cel.rule(f"!has(self.arrays) || ({_ARRAYS_EMPTY['src']} && {_ARRAYS_EMPTY['dst']}) "
              "|| !has(self.arrays.edges)",
@@ -422,6 +436,9 @@ class GrappaJobSpec(Section):
     def _train_config_checks(self) -> "GrappaJobSpec":
         # Same cross-field rules as the trainer (chunks >= partitions, one fanout per layer).
         self.to_train_config(run_dir="/tmp/check")
+        p = self.predict
+        if p is not None and self.dataset.name == "tables" and (p.pairs is not None or p.queries is not None):
+            raise ValueError(TABLES_PAIRS_MESSAGE)
         return self
 
     def to_train_config(self, run_dir: str, store_dir: Optional[str] = None) -> TrainConfig:
@@ -553,6 +570,8 @@ class Artifacts(Section):
                                                   "candidates per query node.")
     topk_scores: Optional[str] = Field(None, description="Link-prediction predict jobs: topk_scores.npy, their scores.")
     evaluation: Optional[str] = Field(None, description="Predict jobs: evaluation.json, accuracy per split.")
+    table: Optional[str] = Field(None, description="Predict jobs on a graph from tables: predictions.parquet, "
+                                                   "one row per node keyed by the nodes table's own id.")
 
 
 MAX_DISRUPTIONS = 20  # status.disruptionHistory keeps the newest

@@ -119,11 +119,14 @@ def artifacts(run_dir_: str, spec: Optional[GrappaJobSpec] = None) -> dict[str, 
             files += [("pairScores", "pair_scores.npy")] if p.pairs else []
             files += [("topk", "topk.npy"), ("topkScores", "topk_scores.npy")] if p.queries else []
             files += [("evaluation", "evaluation.json")] if p.evaluate else []
+            # a graph from tables: the embeddings keyed by the nodes table's ids as well
+            files += [("table", "predictions.parquet")] if spec.dataset.name == "tables" else []
             return {name: posixpath.join(out, rel) for name, rel in files}
         files = [("predictions", "predictions.npy"), ("manifest", "manifest.json")]
         files += [("scores", "scores.npy")] if spec.predict.scores else []
         files += [("embeddings", "embeddings.npy")] if spec.predict.embeddings else []
         files += [("evaluation", "evaluation.json")] if spec.predict.evaluate else []
+        files += [("table", "predictions.parquet")] if spec.dataset.name == "tables" else []
         return {name: posixpath.join(out, rel) for name, rel in files}
     return {name: posixpath.join(run_dir_, rel) for name, rel in (
         ("model", "model.pt"), ("report", "report.json"), ("plot", "training.png"),

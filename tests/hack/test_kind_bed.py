@@ -70,6 +70,7 @@ def test_operator_image_requirements_are_pinned_and_have_no_torch() -> None:
     assert all("==" in line for line in lines), lines
     names = {line.split("==")[0] for line in lines}
     assert {"kopf", "kubernetes", "pydantic"} <= names and "torch" not in names, names
+    assert "pyarrow" not in names and "pandas" not in names, names
 
 
 def test_trainer_image_requirements_pin_torch_as_the_lock_does() -> None:
@@ -77,6 +78,8 @@ def test_trainer_image_requirements_pin_torch_as_the_lock_does() -> None:
     lock = (REPO / "hack" / "requirements.lock").read_text()
     torch = next(line for line in out.stdout.split() if line.startswith("torch=="))
     assert torch in lock.split()
+    pyarrow = next(line for line in out.stdout.split() if line.startswith("pyarrow=="))  # dataset: tables
+    assert pyarrow in lock.split()
 
 
 def test_an_unknown_extra_names_the_choices() -> None:

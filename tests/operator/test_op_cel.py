@@ -94,6 +94,11 @@ CASES = [
      {"model": {"custom": {"factory": "my_models:make_model"}}}),
     ("", "is an OGB link-prediction dataset", {"dataset": {"name": "ogbl-collab"}}, "dataset.name",
      {"task": "link-prediction", "dataset": {"name": "ogbl-collab"}}),
+    ("", "a graph from tables (dataset.name: tables) does not have", {
+        "task": "link-prediction", "dataset": {"name": "tables", "path": "g"},
+        "predict": {"model": "/srv/run/model.pt", "pairs": "pairs.npy"}}, "spec.predict.pairs",
+     {"task": "link-prediction", "dataset": {"name": "tables", "path": "g"},
+      "predict": {"model": "/srv/run/model.pt"}}),
     ("", "masterPort must differ from metricsPort", {"metricsPort": 9000, "masterPort": 9000},
      "spec.masterPort", {"metricsPort": 0, "masterPort": 9000}),
     ("", "spec.partitions exceeds the dataset's nodes", {"partitions": 1000, "dataset": {
@@ -109,7 +114,12 @@ CASES = [
     ("dataset", "dataset.arrays applies to dataset.name 'arrays' only",
      {"dataset": {"arrays": {"features": "x.npy"}}}, "dataset.arrays",
      {"dataset": {"name": "arrays", "path": "g", "arrays": {"features": "x.npy"}}}),
-    ("dataset", "addInverseEdges applies to ogbn-*, ogbl-* and arrays only",
+    ("dataset", "dataset.tables applies to dataset.name 'tables' only",
+     {"dataset": {"tables": {"danglingEdges": "drop"}}}, "dataset.tables",
+     {"dataset": {"name": "tables", "path": "g", "tables": {"danglingEdges": "drop"}}}),
+    ("dataset", "dataset.path is required", {"dataset": {"name": "tables"}}, "dataset.path",
+     {"dataset": {"name": "tables", "path": "g"}}),
+    ("dataset", "addInverseEdges applies to ogbn-*, ogbl-*, arrays and tables only",
      {"dataset": {"addInverseEdges": True}}, "dataset.addInverseEdges",
      {"dataset": {"name": "ogbn-arxiv", "addInverseEdges": True}, "partitions": 2}),
     ("dataset", "either edges or src/dst", {"dataset": {"name": "arrays", "path": "g", "arrays": {

@@ -117,7 +117,7 @@ def test_missing_folder_names_the_setting(tmp_path):
 @pytest.mark.parametrize("settings,words", [
     ({"name": "arrays"}, "dataset.path is required when dataset.name is 'arrays'"),
     ({"name": "cora", "arrays": {"features": "f.npy"}}, "dataset.arrays applies to dataset.name 'arrays' only"),
-    ({"name": "cora", "addInverseEdges": True}, "dataset.addInverseEdges applies to ogbn-\\*, ogbl-\\* and arrays only"),
+    ({"name": "cora", "addInverseEdges": True}, "dataset.addInverseEdges applies to ogbn-\\*, ogbl-\\*, arrays and tables only"),
     ({"name": "arrays", "path": "g", "arrays": {"edges": ["e.npy"], "src": ["s.npy"], "dst": ["d.npy"]}},
      "either edges or src/dst"),
     ({"name": "arrays", "path": "g", "arrays": {"src": ["s.npy"]}}, "pair every src file"),

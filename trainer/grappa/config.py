@@ -24,7 +24,7 @@ SYNTHETIC_DATASETS = ("csbm", "rmat")
 OGB_NODE_DATASETS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 OGB_LINK_DATASETS = ("ogbl-collab", "ogbl-citation2")  # task link-prediction only
 OGB_DATASETS = OGB_NODE_DATASETS + OGB_LINK_DATASETS
-DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + OGB_DATASETS + ("arrays", "file")
+DATASET_NAMES = BUILTIN_DATASETS + SYNTHETIC_DATASETS + OGB_DATASETS + ("arrays", "tables", "file")
 
 STRATEGIES = ("grappa", "full", "varco", "retexo")
 # Why a strategy needs Grappa's own layers (a custom model trains with grappa only).
@@ -100,38 +100,115 @@ class ArraysConfig(Section):
         return self
 
 
+ColumnName = Annotated[str, Field(min_length=1, max_length=256)]
+SPLIT_VALUES = ("train", "val", "test")
+
+
+class TableFiles(Section):
+    """Where one table is: files, folders (every .parquet / .csv / .csv.gz file in them) or glob
+    patterns, relative to dataset.path; Parquet or CSV (with a header line)."""
+
+    files: list[FileName] = Field(
+        default_factory=list, max_length=FILES_MAX,
+        description="Files, folders or glob patterns of the table, relative to dataset.path (the "
+                    "rows of all of them, in sorted path order, are the table).")
+    format: Optional[Literal["parquet", "csv"]] = Field(
+        None, description="parquet or csv (default: from the file names: .parquet/.pq, .csv/.csv.gz).")
+
+
+class NodeTable(TableFiles):
+    """The nodes table: one row per node, with its id and, for training, its features, label and split."""
+
+    files: list[FileName] = Field(
+        default_factory=lambda: ["nodes.parquet"], max_length=FILES_MAX,
+        description="Files, folders or glob patterns of the nodes table, relative to dataset.path.")
+    id: ColumnName = Field("id", description="The node id column: strings or integers of any range, unique.")
+    features: list[ColumnName] = Field(
+        default_factory=lambda: ["features"], min_length=1, max_length=FILES_MAX,
+        description="The feature columns: one list / fixed-size-list column, or numeric columns, or "
+                    "glob patterns of column names (e.g. ['f_*']), in the table's column order.")
+    label: Optional[ColumnName] = Field(
+        None, description="The label column: integers (null or -1: unlabelled) or strings (class "
+                           "names, mapped to classes 0.. in sorted order; null: unlabelled).")
+    split: Optional[ColumnName] = Field(
+        None, description="A column of train / val / test (null or empty: in no split); default: "
+                          "dataset.tables.splitFractions of the labelled nodes, seeded by dataset.splitSeed.")
+
+
+class EdgeTable(TableFiles):
+    """The edges table: one row per edge, its endpoints given by the nodes table's ids."""
+
+    files: list[FileName] = Field(
+        default_factory=lambda: ["edges.parquet"], max_length=FILES_MAX,
+        description="Files, folders or glob patterns of the edges table, relative to dataset.path.")
+    src: ColumnName = Field("src", description="The source id column (ids of the nodes table).")
+    dst: ColumnName = Field("dst", description="The destination id column (ids of the nodes table).")
+
+
+class TablesConfig(Section):
+    """A user's graph as a nodes table and an edges table, Parquet or CSV (README, "Your own graph
+    from tables"). Read in batches; ids are mapped to dense ids out of core."""
+
+    nodes: NodeTable = Field(default_factory=NodeTable)
+    edges: EdgeTable = Field(default_factory=EdgeTable)
+    id_type: Literal["auto", "string", "int64"] = Field(
+        "auto", description="How ids are compared: auto takes Parquet's column type and reads CSV ids "
+                            "as strings (so '007' stays '007'); string or int64 converts both tables.")
+    split_fractions: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=lambda: [0.6, 0.2, 0.2], min_length=3, max_length=3,
+        description="train, val, test shares of the labelled nodes when nodes.split is not given.")
+    dangling_edges: Literal["error", "drop"] = Field(
+        "error", description="An edge whose source or destination is not in the nodes table: error "
+                             "(refused, counted, the first one named) or drop (counted in the manifest).")
+    num_classes: Optional[int] = Field(
+        None, ge=2, description="Integer labels: the number of classes (default: the largest label + 1).")
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "TablesConfig":
+        if sum(self.split_fractions) > 1 + 1e-9:
+            raise ValueError(f"dataset.tables.splitFractions {self.split_fractions} add up to more than 1")
+        return self
+
+
 class DatasetConfig(Section):
     name: Literal[DATASET_NAMES] = Field(  # type: ignore[valid-type]
         "csbm", description="Built-in dataset, synthetic generator, OGB node dataset (ogbn-*), OGB "
                             "link dataset (ogbl-collab, ogbl-citation2: task link-prediction), "
-                            "'arrays' for your own .npy files, or 'file' for a saved PyG Data.")
+                            "'arrays' for your own .npy files, 'tables' for Parquet/CSV tables, or "
+                            "'file' for a saved PyG Data.")
     root: Optional[str] = Field(
         None, max_length=PATH_MAX, description="Folder holding the datasets (defaults to $GRAPPA_DATA_ROOT, then ./data).")
     download: bool = Field(
         False, description="Allow downloading a built-in or OGB dataset that is not under root.")
     path: Optional[str] = Field(
         None, max_length=PATH_MAX, description="name=file: a torch.save'd torch_geometric.data.Data; name=arrays: the "
-                          "folder of .npy files (relative paths: under root).")
+                          "folder of .npy files; name=tables: the folder the tables' paths are relative "
+                          "to (relative paths: under root).")
     split_seed: int = Field(0, ge=0, description="Seed of the split for datasets without a public one.")
     feature_dtype: Literal["float32", "float16"] = Field(
         "float32", description="How the chunk store keeps features (float16 halves the disk and "
                                "page cache; workers compute in float32).")
     add_inverse_edges: Optional[bool] = Field(
-        None, description="ogb* and arrays: also store the reverse of every edge (default: OGB's "
-                          "own choice per dataset; false for arrays).")
+        None, description="ogbn-*, ogbl-*, arrays and tables: also store the reverse of every edge "
+                          "(default: OGB's own choice per dataset; false for arrays and tables).")
     arrays: ArraysConfig = Field(default_factory=ArraysConfig)
+    tables: TablesConfig = Field(default_factory=TablesConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
 
     @model_validator(mode="after")
     def _settings_fit_the_dataset(self) -> "DatasetConfig":
-        if self.name in ("file", "arrays") and not self.path:
-            what = "a saved PyG Data file" if self.name == "file" else "the folder of .npy files"
+        if self.name in ("file", "arrays", "tables") and not self.path:
+            what = {"file": "a saved PyG Data file", "arrays": "the folder of .npy files",
+                    "tables": "the folder of the tables"}[self.name]
             raise ValueError(f"dataset.path is required when dataset.name is '{self.name}' ({what})")
         if self.name != "arrays" and self.arrays != ArraysConfig():
             raise ValueError(f"dataset.arrays applies to dataset.name 'arrays' only (name is "
                              f"{self.name!r}): remove it or set name: arrays")
-        if self.add_inverse_edges is not None and self.name not in OGB_DATASETS + ("arrays",):
-            raise ValueError(f"dataset.addInverseEdges applies to ogbn-*, ogbl-* and arrays only; dataset "
+        if self.name != "tables" and self.tables != TablesConfig():
+            raise ValueError(f"dataset.tables applies to dataset.name 'tables' only (name is "
+                             f"{self.name!r}): remove it or set name: tables")
+        if self.add_inverse_edges is not None and self.name not in OGB_DATASETS + ("arrays", "tables"):
+            raise ValueError(f"dataset.addInverseEdges applies to ogbn-*, ogbl-*, arrays and tables only; dataset "
                              f"{self.name!r} is already stored with both directions: remove it")
         return self
 

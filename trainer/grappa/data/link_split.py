@@ -21,10 +21,12 @@ N = link.sharedNegatives pairs, uniform, not an edge of the graph in either spli
 protocol for Hits@K, and what AUC is measured against).
 
 Files, in `<storeDir>/link/`: `train.npy`, `val.npy`, `test.npy` [2, E] int64 global ids, and the
-negatives above; `manifest.json`'s "link" entry records their shapes. Torch-free.
+negatives above; `manifest.json`'s "link" entry records their shapes and the sha256 of their
+data (models.model_file.store_fingerprint covers them). Torch-free.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -32,7 +34,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from grappa.data.errors import ChunkStoreError, DatasetError
-from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
 from grappa.data.store.manifest import LINK_DIR
 
 SUPERVISION = ("train", "val", "test")
@@ -169,10 +171,13 @@ def write_link_files(folder: Path, files: dict[str, np.ndarray], undirected: boo
     """Writes the arrays into `folder/link/`; returns the manifest's "link" entry."""
     out = Path(folder) / LINK_DIR
     out.mkdir(parents=True, exist_ok=True)
+    digests = {}
     for stem, arr in files.items():
-        np.save(out / f"{stem}.npy", np.ascontiguousarray(arr, dtype=np.int64))
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        np.save(out / f"{stem}.npy", arr)
+        digests[stem] = hashlib.sha256(arr).hexdigest()  # of the data: part of the store's fingerprint
     return {"link": {"undirected": undirected, **({} if overlap_checked else {"splits_may_overlap": True}),
-                     "files": {stem: list(arr.shape) for stem, arr in files.items()}}}
+                     "files": {stem: list(arr.shape) for stem, arr in files.items()}, "sha256": digests}}
 
 
 @dataclass
@@ -232,10 +237,33 @@ class HeldOutPart:
             yield EdgeBlock(b.src[keep], b.dst[keep], b.origin, b.first_row)
 
 
+# What a wrapping source passes on of the source it wraps (writer.prepare and the passes read them).
+SOURCE_ATTRS = ("name", "num_nodes", "num_features", "num_edges", "add_inverse_edges", "num_classes",
+                "labels_required", "labeller", "in_memory", "feature_origin", "label_origin",
+                "split_origin", "num_classes_setting")
+
+
+class HeldOutSource(GraphSource):
+    """A streamed source without its held-out edges, filtered as it streams. At module level: the
+    store's worker processes are sent it (with the held-out keys, not the edge list)."""
+
+    def __init__(self, source: GraphSource, held: np.ndarray, undirected: bool, num_edges: int) -> None:
+        for attr in SOURCE_ATTRS:
+            setattr(self, attr, getattr(source, attr))
+        self.source, self.held, self.undirected = source, held, undirected
+        self.num_edges = num_edges  # what it lists now
+
+    def edge_parts(self, parts: int):
+        return [HeldOutPart(p, self.held, int(self.num_nodes), self.undirected)
+                for p in self.source.edge_parts(parts)]
+
+    def node_blocks(self, block_rows: int):
+        return self.source.node_blocks(block_rows)
+
+
 def without_held_out(source, held: np.ndarray, undirected: bool, listed: np.ndarray):
     """The source with the held-out edges (canonical keys) removed from its edge list (`listed`,
     read_edges'): an in-memory source cut in memory, a streamed one filtered as it streams."""
-    from grappa.data.sources.base import GraphSource
     from grappa.data.sources.in_memory import MemorySource
     n = int(source.num_nodes)
     held = np.unique(held)
@@ -244,20 +272,8 @@ def without_held_out(source, held: np.ndarray, undirected: bool, listed: np.ndar
         masks = tuple(source.codes == c for c in (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST))
         return MemorySource(source.name, np.asarray(source.edge_index)[:, keep], source.x, source.y, masks,
                             source.num_classes)
-
-    class Filtered(GraphSource):
-        def edge_parts(self, parts: int):
-            return [HeldOutPart(p, held, n, undirected) for p in source.edge_parts(parts)]
-
-        def node_blocks(self, block_rows: int):
-            return source.node_blocks(block_rows)
-
-    out = Filtered.__new__(Filtered)
-    for attr in ("name", "num_nodes", "num_features", "add_inverse_edges", "num_classes",
-                 "labels_required", "labeller", "in_memory", "feature_origin", "label_origin", "split_origin"):
-        setattr(out, attr, getattr(source, attr))
-    out.num_edges = int((~np.isin(_canonical_keys(listed, n, undirected), held)).sum())  # what it lists now
-    return out
+    return HeldOutSource(source, held, undirected,
+                         int((~np.isin(_canonical_keys(listed, n, undirected), held)).sum()))
 
 
 def _given_files(given: GivenSplit, graph: np.ndarray, n: int, undirected: bool, lk) -> dict[str, np.ndarray]:
@@ -301,10 +317,11 @@ def _check_ids(a: np.ndarray, n: int, file: str, unit: str) -> None:
                            "remove it (ids are the graph's node ids)")
 
 
-def link_source(source, lk, given: Optional[GivenSplit] = None) -> tuple[object, Callable[[Path], dict]]:
-    """The source with its val/test edges removed from message passing, and the writer of its
-    link files (called on the store's staging folder). The split is the seeded one of the
-    graph's edges, or `given` (the dataset's own files). Holds the edge list in memory."""
+def split_source(source, lk, given: Optional[GivenSplit] = None) -> tuple[object, dict[str, np.ndarray], bool, bool]:
+    """The source with its val/test edges removed from message passing, the link files' arrays,
+    whether the graph is undirected, and whether the splits were checked for overlap. The split is
+    the seeded one of the graph's edges, or `given` (the dataset's own files). Holds the edge list
+    in memory."""
     n = int(source.num_nodes)
     listed = read_edges(source)
     graph = np.concatenate([listed, listed[::-1]], axis=1) if source.add_inverse_edges else listed
@@ -322,8 +339,41 @@ def link_source(source, lk, given: Optional[GivenSplit] = None) -> tuple[object,
     if held_out:
         held = np.concatenate([_canonical_keys(files[s], n, undirected) for s in EVALUATED])
         source = without_held_out(source, held, undirected, listed)
-    overlap = given is None or given.check_overlap
-    return source, lambda staging: write_link_files(staging, files, undirected, overlap)
+    return source, files, undirected, given is None or given.check_overlap
+
+
+class LinkSplitSource(GraphSource):
+    """A source whose link split is made when the store's prepare stages it (GraphSource.stage):
+    after the source's own stage, since a graph from tables has its edges in dense ids only once
+    its id map is built there. The val/test edges then leave message passing, the link files are
+    written into the staging folder and their manifest entry is returned with the source's own.
+    Until then it reports the wrapped source's metadata; its passes read the split source."""
+
+    def __init__(self, source: GraphSource, lk, given: Optional[GivenSplit] = None) -> None:
+        self.source, self.lk, self.given = source, lk, given
+        self._take(source)
+
+    def _take(self, source: GraphSource) -> None:
+        for attr in SOURCE_ATTRS:
+            setattr(self, attr, getattr(source, attr))
+
+    def stage(self, staging: Path, work: Path, block_edges: int) -> dict:
+        staged = self.source.stage(staging, work, block_edges)
+        self.source, files, undirected, overlap = split_source(self.source, self.lk, self.given)
+        self.given = None  # its arrays are in `files` now: never sent to the worker processes
+        self._take(self.source)
+        return {**staged, **write_link_files(staging, files, undirected, overlap)}
+
+    def edge_parts(self, parts: int):
+        return self.source.edge_parts(parts)
+
+    def node_blocks(self, block_rows: int):
+        return self.source.node_blocks(block_rows)
+
+
+def link_source(source, lk, given: Optional[GivenSplit] = None) -> LinkSplitSource:
+    """The source for a link-prediction store: split when the store's prepare stages it."""
+    return LinkSplitSource(source, lk, given)
 
 
 class LinkEdges:

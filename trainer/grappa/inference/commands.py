@@ -139,7 +139,7 @@ def new_job(model: str, meta: dict, store, out: Path, workers: Optional[int], *,
     check_fit(model, meta, man, store.path, evaluate)
     from grappa.inference.link_outputs import check_request
     link = check_request(model, meta, int(man["num_nodes"]), scores=scores, pairs=pairs, queries=queries,
-                         candidates=candidates, top_k=top_k)
+                         candidates=candidates, top_k=top_k, tables=man.get("tables"))
     layers = len(meta["widths"])  # passes of exact inference: the layers, or 1 (custom.py)
     if embed is not None and layers < int(meta["model"]["layers"]):
         raise ConfigError(f"model {model} ({meta['model']['custom']['factory']}) does not expose its "
@@ -239,7 +239,8 @@ def print_summary(m: dict, out: Path) -> None:
     print(f"{m['num_nodes']:,} nodes in {m['seconds']:.1f} s ({m['nodes_per_second']:,.0f} nodes/s) with "
           f"{m['workers']} workers, peak PSS per worker {peak / 2**20:.0f} MiB")
     for name, f in m["files"].items():
-        print(f"  {out / f['file']}: {f['dtype']} {f['shape']} ({f['holds']})")
+        shape = f"{f['dtype']} {f['shape']}" if "dtype" in f else f"Parquet, {f['rows']:,} rows, columns {', '.join(f['columns'])}"
+        print(f"  {out / f['file']}: {shape} ({f['holds']})")
     ev = m.get("evaluation")
     if ev and m.get("task") == "link-prediction":
         from grappa.inference.link_outputs import summary_line

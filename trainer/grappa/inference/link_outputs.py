@@ -145,8 +145,9 @@ def read_nodes(path: str | Path, num_nodes: int, flag: str) -> np.ndarray:
 
 
 def check_request(model: str, meta: dict, num_nodes: int, *, scores: bool, pairs, queries, candidates,
-                  top_k) -> dict:
-    """The link outputs asked for, checked before anything runs: the job's fields."""
+                  top_k, tables: Optional[dict] = None) -> dict:
+    """The link outputs asked for, checked before anything runs: the job's fields. `tables`: the
+    store's manifest entry when its graph comes from tables (grappa.data.tables)."""
     from grappa.config import ConfigError
     task = meta.get("task", "node-classification")
     asked = [f for f, v in (("--pairs", pairs), ("--queries", queries), ("--candidates", candidates),
@@ -161,6 +162,14 @@ def check_request(model: str, meta: dict, num_nodes: int, *, scores: bool, pairs
         raise ConfigError(f"--scores writes class probabilities; model {model} is a link-prediction model "
                           "(embeddings and a decoder, no classes): drop --scores (--pairs FILE scores node "
                           "pairs, --queries FILE ranks candidates)")
+    by_number = [f for f, v in (("--pairs", pairs), ("--queries", queries), ("--candidates", candidates))
+                 if v is not None]
+    if tables and by_number:
+        raise ConfigError(
+            f"{', '.join(by_number)} name nodes by the dataset's own numbering (0..n-1), which a graph from "
+            f"tables does not have (its nodes are the ids of column {tables.get('id_column')!r} of the nodes "
+            f"table): drop {', '.join(by_number)} (spec.predict.pairs / queries / candidates in a GrappaJob); "
+            "predictions.parquet keys every node's embedding by that id")
     if candidates is not None and queries is None:
         raise ConfigError("--candidates is the set --queries' top-k are chosen from: add --queries FILE "
                           "or drop --candidates")

@@ -23,7 +23,7 @@ FORMAT = "grappa-inference-outputs"
 MANIFEST = "manifest.json"
 EVALUATION = "evaluation.json"
 OUTPUT_FILES = ("predictions.npy", "scores.npy", "embeddings.npy", "pair_scores.npy", "topk.npy",
-                "topk_scores.npy", EVALUATION, MANIFEST)
+                "topk_scores.npy", "predictions.parquet", EVALUATION, MANIFEST)
 START_OVER_FLAG = "--start-over"
 
 

@@ -175,6 +175,13 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
             if job.task == link_outputs.LINK else evaluation([w["split_sums"] for w in workers])
         atomic_write(out / EVALUATION, json.dumps({"model": manifest["model"], "dataset": manifest["dataset"],
                                                    **manifest["evaluation"]}, indent=1).encode())
+    if specs and "tables" in store.manifest:  # a graph from tables: results keyed by the user's ids
+        # (a link model's specs are its embeddings: the table holds the ids and the embeddings)
+        from grappa.data.tables.results import TABLE_FILE, write_results
+        entry = write_results(Path(job.store), store.manifest, {s.name: scratch / s.file for s in specs},
+                              scratch / TABLE_FILE, label_names=meta.get("label_names"))
+        manifest["files"]["table"] = entry
+        os.replace(scratch / TABLE_FILE, out / TABLE_FILE)
     for s in [*specs, *(s for s, _ in link_specs)]:
         os.replace(scratch / s.file, out / s.file)
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())

@@ -40,6 +40,10 @@ def store_fingerprint(manifest: dict) -> str:
     files = [sorted((name, e["sha256"]) for name, e in c["files"].items()) for c in manifest["chunks"]]
     key = {"source": manifest.get("source"), "num_chunks": manifest["num_chunks"],
            "seed": manifest.get("seed"), "num_nodes": manifest["num_nodes"], "files": files}
+    if manifest.get("tables"):  # a graph from tables: the user's ids are part of it
+        key["ids"] = manifest["tables"]["ids"]["sha256"]
+    if (manifest.get("link") or {}).get("sha256"):  # a link split: its edges and negatives too
+        key["link"] = manifest["link"]["sha256"]
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -63,6 +67,9 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
         "feature_dtype": manifest["feature_dtype"] if manifest else "float32",
         "strategy": cfg.strategy if manifest else "single",
         "dataset": store_source(cfg),
+        # a graph from tables with string labels: class c is label_names[c] (predict writes them)
+        **({"label_names": manifest["tables"]["label_names"]}
+           if manifest and (manifest.get("tables") or {}).get("label_names") else {}),
         "store": ({"written_at": str(Path(cfg.store_path).resolve()), "fingerprint": store_fingerprint(manifest),
                    "num_nodes": int(manifest["num_nodes"]), "num_chunks": int(manifest["num_chunks"])}
                   if manifest else None),

@@ -24,7 +24,7 @@ def dataset_path(cfg: DatasetConfig) -> Path:
 
 
 def open_source(cfg: DatasetConfig, progress: bool = True, need_labels: bool = True) -> GraphSource:
-    """The streaming source of rmat, OGB or arrays: reads metadata only. `need_labels=False`:
+    """The streaming source of rmat, OGB, arrays or tables: reads metadata only. `need_labels=False`:
     an arrays graph may lack labels.npy and the split files (inference)."""
     if cfg.name == "rmat":
         from grappa.data.sources.rmat import RmatSource
@@ -38,6 +38,10 @@ def open_source(cfg: DatasetConfig, progress: bool = True, need_labels: bool = T
             from grappa.data.sources.download import download_ogb
             download_ogb(cfg.name, root, progress=progress)
         return OgbSource(cfg.name, root, cfg.add_inverse_edges)
+    if cfg.name == "tables":
+        from grappa.data.tables.source import TablesSource
+        return TablesSource(dataset_path(cfg), cfg.tables, bool(cfg.add_inverse_edges), cfg.split_seed,
+                            need_labels)
     if cfg.name == "arrays":
         from grappa.data.sources.arrays import ArraysSource
         return ArraysSource(dataset_path(cfg), cfg.arrays, bool(cfg.add_inverse_edges), need_labels)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
@@ -70,6 +71,14 @@ class GraphSource(ABC):
     feature_origin = "features"
     label_origin = "labels"
     split_origin: dict[int, str] = {}
+    num_classes_setting = "dataset.arrays.numClasses"  # named when labels leave classes out
+
+    def stage(self, staging: Path, work: Path, block_edges: int) -> dict:
+        """Run once by the store's prepare before its passes, in its staging folder (files for the
+        store) with a work folder for temporary files: what a source must compute first (the
+        tables' id map). Sets num_nodes and num_edges if opening could not; returns what goes
+        into the manifest."""
+        return {}
 
     @abstractmethod
     def edge_parts(self, parts: int) -> list[EdgePart]:

@@ -80,4 +80,4 @@ def check_label_gaps(used: list[int], source: GraphSource) -> None:
         f"{source.label_origin}: labels use the class ids {id_ranges(used)} but never "
         f"{id_ranges(gaps)}, so the model would have {used[-1] + 1} classes. If a label is wrong, "
         f"fix it in {source.label_origin}; if those classes exist but have no node here, set "
-        f"dataset.arrays.numClasses: {used[-1] + 1}")
+        f"{source.num_classes_setting}: {used[-1] + 1}")

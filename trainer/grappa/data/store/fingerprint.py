@@ -1,4 +1,4 @@
-"""Fingerprints of a user's dataset files (arrays, file), kept in the store's manifest so a store
+"""Fingerprints of a user's dataset files (arrays, tables, file), kept in the store's manifest so a store
 prepared from files that changed since is never reused silently.
 
 Per file: its size, its modification time and a sha256 of its content. Files up to
@@ -27,6 +27,13 @@ def input_files(cfg: DatasetConfig) -> tuple[Path, list[Path]]:
     if cfg.name == "file":
         path = Path(cfg.path or "")
         return path.parent, [path]
+    if cfg.name == "tables":
+        from grappa.data.sources import dataset_path
+        from grappa.data.tables.files import resolve
+        folder, t = dataset_path(cfg), cfg.tables
+        files = resolve(folder, t.nodes.files, "dataset.tables.nodes") if folder.is_dir() else []
+        files += resolve(folder, t.edges.files, "dataset.tables.edges") if folder.is_dir() else []
+        return folder, list(dict.fromkeys(files))
     if cfg.name != "arrays":
         return Path("."), []
     from grappa.data.sources import dataset_path

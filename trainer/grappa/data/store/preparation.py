@@ -25,6 +25,8 @@ def store_source(cfg: TrainConfig) -> dict:
     d = json.loads(cfg.dataset.model_dump_json())
     d.pop("root", None)
     d.pop("download", None)
+    if d.get("name") != "tables":  # stores of other datasets keep the identity they had
+        d.pop("tables", None)
     if cfg.task == "link-prediction":  # the split decides which edges the store holds
         lk = cfg.link
         d["link_split"] = {"val_fraction": lk.val_fraction, "test_fraction": lk.test_fraction,
@@ -87,17 +89,17 @@ def _prepare(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dic
         source = open_dataset(cfg.dataset, progress=progress, need_labels=purpose.need_labels and not link)
         if purpose.check_source is not None:
             purpose.check_source(source)
-        extra_files = None
         if link:
             # val/test edges leave message passing before the store sees the graph; the split is
-            # the dataset's own (arrays' edge files, OGB's link split) or the seeded one
+            # the dataset's own (arrays' edge files, OGB's link split) or the seeded one, made
+            # when the store's prepare stages the source (after a graph from tables has mapped
+            # its ids to dense ones), its files written into the store's staging folder
             from grappa.data.link_split import link_source
             given = source.link_split() if hasattr(source, "link_split") else None
-            source, extra_files = link_source(source, cfg.link, given)
+            source = link_source(source, cfg.link, given)
         return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
                        feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
-                       workers=cfg.prepare.workers, progress=progress, extra=extra,
-                       extra_files=extra_files)
+                       workers=cfg.prepare.workers, progress=progress, extra=extra)
 
 
 def _replace(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dict], progress: bool,

@@ -41,6 +41,7 @@ from grappa.data.store.spill import plan_range_bits, spill_files
 from grappa.util.process_memory import peak_rss_bytes
 
 MAX_DEFAULT_WORKERS = 4
+IDS_FILE = "node_ids.parquet"  # tables: the user's node ids in dense order (grappa.data.tables)
 
 # Set in every worker process (and in the parent when it runs the tasks itself).
 _COUNTERS: Optional[Counters] = None
@@ -122,25 +123,27 @@ def default_workers(source: GraphSource, block_edges: int, requested: Optional[i
 
 def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int, source_id: dict, *,
             feature_dtype: str = "float32", block_edges: int = 1 << 22, workers: Optional[int] = None,
-            progress: bool = True, extra: Optional[dict[str, Any]] = None,
-            extra_files: Optional[Callable[[Path], dict[str, Any]]] = None) -> dict[str, Any]:
+            progress: bool = True, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Write the store for `source` and return its manifest. Idempotent: an existing store for the
     same `source_id`, K and seed is returned untouched; a different one raises ChunkStoreError.
     `extra` goes into the manifest as it is (e.g. the source files' fingerprints)."""
     out_dir = Path(out_dir)
     if is_prepared(out_dir, source_id, num_chunks, seed):
         return read_manifest(out_dir)
-    ChunkAssignment(source.num_nodes, num_chunks, seed)  # refuses K > n before anything is written
+    if source.num_nodes:  # refuses K > n before anything is written (when the headers tell n)
+        ChunkAssignment(source.num_nodes, num_chunks, seed)
     _clear_leftovers(out_dir)
     staging = out_dir / f".staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     (staging / ".spill").mkdir(parents=True)
-    plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), np.dtype(feature_dtype),
-                plan_range_bits(source.num_nodes, source.stored_edges_estimate, block_edges),
-                block_edges, staging, staging / ".spill")
-    nworkers = default_workers(source, block_edges, workers)
-    counters = Counters(multiprocessing.get_context("spawn"))
     started = time.perf_counter()
     try:
+        staged = source.stage(staging, staging / ".spill" / "stage", block_edges)
+        ChunkAssignment(source.num_nodes, num_chunks, seed)
+        plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), np.dtype(feature_dtype),
+                    plan_range_bits(source.num_nodes, source.stored_edges_estimate, block_edges),
+                    block_edges, staging, staging / ".spill")
+        nworkers = default_workers(source, block_edges, workers)
+        counters = Counters(multiprocessing.get_context("spawn"))
         _init_worker(counters)
         runner = _Workers(nworkers, counters) if nworkers > 1 else _Inline()
         peaks = _Peaks()
@@ -155,9 +158,8 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
                     "or give the prepare more memory") from None
         manifest = _manifest(source, plan, source_id, nodes_out, files, stats, edges_read)
         workers_peak = [v for pid, v in sorted(peaks.by_pid.items()) if pid != os.getpid()]
+        manifest.update(staged)
         manifest.update(extra or {})
-        if extra_files is not None:  # more files of the store (the link split): in place before the manifest
-            manifest.update(extra_files(staging))
         manifest["prepare"] = {"block_edges": block_edges, "workers": nworkers,
                                "range_bits": plan.range_bits,
                                "seconds": round(time.perf_counter() - started, 2),
@@ -277,7 +279,7 @@ def _clear_leftovers(out_dir: Path) -> None:
     if not out_dir.exists():
         return
     ours = [p for p in out_dir.iterdir()
-            if p.name in (CHUNK_OF, LINK_DIR) or p.name.startswith(("chunk-", ".staging-"))]
+            if p.name in (CHUNK_OF, LINK_DIR, IDS_FILE) or p.name.startswith(("chunk-", ".staging-"))]
     others = [p.name for p in out_dir.iterdir() if p not in ours]
     if others:
         raise ChunkStoreError(
