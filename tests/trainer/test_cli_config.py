@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from grappa.app.cli import FLAGS, add_config_flags, config_from_args, main
-from grappa.config import Section, TrainConfig, load_config
+from grappa.config import ConfigError, Section, TrainConfig, load_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 IDS = [p.name for p in EXAMPLES]
@@ -49,6 +49,12 @@ def test_every_flag_on_top_of_every_example(path, flag):
     argv = ["--config", str(path), "--" + flag.replace("_", "-")]
     if value is not True:
         argv.append(str(value))
+    own = load_config(str(path)).dataset.name
+    if flag == "dataset" and own in ("arrays", "tables"):
+        # another dataset on top of a user format's settings: refused, naming them and the fix
+        with pytest.raises(ConfigError, match=f"dataset.{own} applies to dataset.name '{own}' only"):
+            parse(*argv)
+        return
     cfg = parse(*argv)
     assert field_value(cfg, FLAGS[flag][0]) == value
 
