@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-peer peer-env clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-peer peer-env loop-figures clean-data
 
 venv: $(VENV)/.ready
 
@@ -34,6 +34,10 @@ test:
 	GRAPPA_CACHE=$(GRAPPA_CACHE) PYTHON=$(PYTHON) GRAPPA_UNIT_LANES=$(UNIT_LANES) hack/test.sh $(VENV) -q --durations=15 \
 	    --junitxml=$(GRAPPA_CACHE)/kind-bed/logs/tests.xml \
 	    -n $(TEST_LANES) --dist loadgroup tests
+
+# docs/results/test-loop.md from the recorded runs' phases files (docs/testing.md: how to record one)
+loop-figures:
+	python3 hack/phases.py --markdown docs/results/test-loop/*.txt >docs/results/test-loop.md
 
 test-unit: venv
 	$(PY) -m pytest -q tests -m "not e2e"

@@ -58,7 +58,7 @@ if [[ ${1:-} == --helm-path ]]; then
     echo "$helm_dest/bin"
     exit 0
 fi
-if [[ ${1:-} == --path || (-f $dest/.stamp && -z ${GRAPPA_REBUILD:-}) ]]; then
+if [[ ${1:-} == --path || (${1:-} != --helm && -f $dest/.stamp && -z ${GRAPPA_REBUILD:-}) ]]; then
     echo "$dest/bin"
     exit 0
 fi

@@ -1,6 +1,8 @@
 """Prints the phases of one `make test` (hack/test.sh) as a timeline: when each started, how
-long it took, and which ran side by side, so that a cold run explains itself.
-usage: python3 hack/phases.py PHASES_FILE T0"""
+long it took, and which ran side by side, so that a cold run explains itself; with --markdown,
+the figures of recorded runs (their phases files) as one table, computed, never typed.
+usage: python3 hack/phases.py PHASES_FILE T0
+       python3 hack/phases.py --markdown PHASES_FILE...   (a run's name: its file's stem)"""
 import sys
 import time
 from pathlib import Path
@@ -26,5 +28,44 @@ def main(path: str, t0: str) -> None:
               file=sys.stderr)
 
 
+def _read(path: str) -> dict[str, tuple[int, int, str]]:
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        name, start, seconds, status = line.split()
+        out[name] = (int(start), int(seconds), status)
+    return out
+
+
+def _min(seconds: int | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f} min ({seconds:,} s)"
+
+
+def markdown(paths: list[str]) -> str:
+    """One row a run: its result and wall time (the `make-test` row hack/test.sh appends; a file
+    without it, the last phase's end), pytest's time, when the cluster and Kueue were ready, when
+    the last unit lane and the last lane of all ended (rows `lane-*` of tests/lanes.py)."""
+    rows = ["<!-- made by `make loop-figures` from docs/results/test-loop/*.txt (hack/phases.py): do not edit -->",
+            "# `make test`, cold and warm: the recorded runs", "",
+            "Each row is one run's phases file (`~/.cache/grappa/kind-bed/logs/phases.txt` after it), named "
+            "`<cold|warm>-<commit>`; how the runs were made: docs/testing.md.", "",
+            "| run | result | make test | pytest | cluster ready | Kueue ready | unit lanes ended | last lane ended |",
+            "|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        p = _read(path)
+        end = {name: start + took for name, (start, took, _) in p.items()}
+        total = p["make-test"][1] if "make-test" in p else max(end.values())
+        result = p["make-test"][2] if "make-test" in p else p.get("command", (0, 0, "?"))[2]
+        lanes = [n for n in p if n.startswith("lane-")]
+        unit = [end[n] for n in lanes if "unit" in n]
+        rows.append(f"| {Path(path).stem} | {'passed' if result == 'ok' else result} | {_min(total)} | "
+                    f"{_min(p['command'][1] if 'command' in p else None)} | {_min(end.get('cluster'))} | "
+                    f"{_min(end.get('kueue-install'))} | {_min(max(unit) if unit else None)} | "
+                    f"{_min(max(end[n] for n in lanes) if lanes else None)} |")
+    return "\n".join(rows) + "\n"
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    if sys.argv[1:2] == ["--markdown"]:
+        sys.stdout.write(markdown(sys.argv[2:]))
+    else:
+        main(*sys.argv[1:3])

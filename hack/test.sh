@@ -15,7 +15,11 @@ export GRAPPA_T0=$(date +%s) GRAPPA_PHASES=$GRAPPA_CACHE/kind-bed/logs/phases.tx
 source "$here/kind/lib.sh"  # phase, job, await; $BED and its folders
 : >"$GRAPPA_PHASES"
 
-summary() { python3 "$here/phases.py" "$GRAPPA_PHASES" "$GRAPPA_T0"; }
+summary() {  # the whole run as a phase of its own (its status: ok or exit-N), then the timeline
+    local rc=$?
+    echo "make-test 0 $(($(date +%s) - GRAPPA_T0)) $([[ $rc == 0 ]] && echo ok || echo "exit-$rc")" >>"$GRAPPA_PHASES"
+    python3 "$here/phases.py" "$GRAPPA_PHASES" "$GRAPPA_T0"
+}
 trap summary EXIT
 
 phase deps "$here/install-test-deps.sh"

@@ -55,7 +55,10 @@ go_k8s() {  # what the cluster needs, first: the control plane's binaries, then 
 go_tools() {  # the Go builds after the cluster's, beside the node image and the cluster's start
     # helm (the e2e tests' and a few unit tests', which wait for $GRAPPA_TOOLS_READY; the unit
     # ones last in their lane: tests/conftest.py LATE), kube-score, then Kueue's manager.
-    phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null || { touch "$BED/run/tools.failed"; return 1; }
+    # the marker only once helm is where the tests look ($GRAPPA_TOOLS_HELM: --helm-path)
+    phase helm "$REPO/hack/build-controlplane.sh" --helm >/dev/null \
+        && [[ -x $("$REPO/hack/build-controlplane.sh" --helm-path | tail -1)/helm ]] \
+        || { log "helm was not built (log: $BED/logs/go-tools.log)"; touch "$BED/run/tools.failed"; return 1; }
     touch "$BED/run/tools.ready"  # kube-score's test builds it itself if it comes first (one lock)
     phase kube-score "$REPO/hack/kube-score.sh" >/dev/null
     phase kueue-binary "$KIND_DIR/kueue.sh" binary

@@ -95,11 +95,14 @@ def template_quantities(spec: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         for kind in ("requests", "limits"):
             for name, value in ((res or {}).get(kind) or {}).items() if isinstance(res, dict) else ():
                 yield f"{where}.{kind}.{name}", value
+    # Only well-shaped parts: a list where a list belongs (a mistyped one is the API server's and
+    # the template check's to name, not a TypeError here).
     for key in ("containers", "initContainers"):
-        for i, c in enumerate(spec.get(key) or []):
+        for i, c in enumerate(spec.get(key) if isinstance(spec.get(key), list) else []):
             if isinstance(c, dict):
                 yield from amounts(f"{key}[{i}].resources", c.get("resources"))
-    for name, value in (spec.get("overhead") or {}).items():
+    overhead = spec.get("overhead")
+    for name, value in overhead.items() if isinstance(overhead, dict) else ():
         yield f"overhead.{name}", value
     yield from amounts("resources", spec.get("resources"))
 

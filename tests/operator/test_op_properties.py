@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from gj_testlib import T0
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from grappa_operator import desired
@@ -203,6 +203,11 @@ refusal_bodies = st.one_of(st.none(), st.text(max_size=40), junk.map(json.dumps)
 @given(raw=st.one_of(spec_dicts, junk), code=st.sampled_from([400, 403, 404, 409, 422, 429, 500, 503]),
        body=refusal_bodies, victim=st.sampled_from(["Pod", "Service", "Role", "PodGroup", "Workload", "none"]),
        queue=st.one_of(st.none(), st.sampled_from(sorted(WORKLOAD_BODIES))))
+# found by a cold run: a template whose containers is not a list crashed the quantity check
+@example(raw={"worker": {"template": {"spec": {"restartPolicy": [], "containers": 1}}}}, code=400, body=None,
+         victim="Pod", queue=None)
+@example(raw={"storage": {"claimName": "c"}, "worker": {"template": {"spec": {"initContainers": "x", "overhead": 3}}}},
+         code=422, body=None, victim="Pod", queue=None)
 def test_reconcile_of_any_spec_reports_every_refusal(raw, code, body, victim, queue):
     """Through the glue: a reconcile ends in a valid phase with a reason, Failed ones with a
     message and a Warning Event; only a transient error (no user-facing meaning) escapes."""

@@ -1,0 +1,33 @@
+"""hack/phases.py: the timeline `make test` prints, and the figures table of recorded runs
+(docs/results/test-loop.md) computed from their phases files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "hack"))
+import phases  # noqa: E402
+
+
+def test_the_table_is_computed_from_the_phases(tmp_path: Path) -> None:
+    run = tmp_path / "cold-abc1234.txt"
+    run.write_text("venv 10 300 ok\ncluster 900 300 ok\nkueue-install 1500 100 ok\ncommand 12 1980 ok\n"
+                   "lane-gw0(unit) 320 1000 ok\nlane-gw1(unit-2) 320 1100 ok\nlane-gw2(e2e) 320 1672 ok\n"
+                   "make-test 0 2000 ok\n")
+    old = tmp_path / "warm-old.txt"  # recorded before make-test and lane rows existed
+    old.write_text("cluster 2 214 ok\ncommand 0 2058 exit-1\n")
+    rows = [r for r in phases.markdown([str(run), str(old)]).splitlines() if r.startswith("| ")]
+    assert rows[1] == ("| cold-abc1234 | passed | 33.3 min (2,000 s) | 33.0 min (1,980 s) | 20.0 min (1,200 s) | "
+                       "26.7 min (1,600 s) | 23.7 min (1,420 s) | 33.2 min (1,992 s) |")
+    assert rows[2] == "| warm-old | exit-1 | 34.3 min (2,058 s) | 34.3 min (2,058 s) | 3.6 min (216 s) | - | - | - |"
+
+
+def test_the_timeline_prints_every_phase(tmp_path: Path) -> None:
+    run = tmp_path / "phases.txt"
+    run.write_text("venv 0 30 ok\ncluster 30 60 failed\n")
+    out = subprocess.run([sys.executable, str(REPO / "hack" / "phases.py"), str(run), "0"],
+                         capture_output=True, text=True, check=True).stderr
+    assert "venv" in out and "cluster" in out and "failed" in out
