@@ -79,13 +79,18 @@ def test_job_succeeds_with_rounds(cluster: Cluster, release: h.Release, happy: h
 def test_printer_columns(cluster: Cluster, happy: h.JobRun) -> None:
     out = cluster.kubectl("get", "grappajobs", "-n", happy.namespace).stdout
     header, *rows = out.strip().splitlines()
-    assert header.split() == ["NAME", "PHASE", "EPOCH", "VAL-ACC", "TEST-ACC", "ETA-SECONDS", "AGE"], out
-    row = next(r.split() for r in rows if r.split()[0] == happy.name)
+    columns = header.split()
+    assert columns == ["NAME", "PHASE", "EPOCH", "VAL-ACC", "TEST-ACC", "TEST-MRR", "ETA-SECONDS", "AGE"], out
+    # a column is where its title starts: an empty cell (TEST-MRR of a node-classification job) is blank
+    starts = [header.index(c) for c in columns] + [None]
+    line = next(r for r in rows if r.split()[0] == happy.name)
+    row = [line[a:b].strip() for a, b in zip(starts, starts[1:])]
     prog = happy.job["status"]["progress"]
     assert row[1:3] == ["Succeeded", str(prog["epoch"])], out
     assert abs(float(row[3]) - prog["valAcc"]) < 1e-3 and abs(float(row[4]) - prog["testAcc"]) < 1e-3, out
+    assert row[5] == "", out  # no MRR: not a link-prediction job
     eta = prog.get("etaSeconds")
-    assert row[5] == (str(int(eta)) if eta is not None else "<none>"), out  # truncated to an integer
+    assert row[6] == (str(int(eta)) if eta is not None else "<none>"), out  # truncated to an integer
     wide = cluster.kubectl("get", "gj", happy.name, "-n", happy.namespace, "-o", "wide").stdout
     for col in ("EPOCHS", "ROUND", "LOSS", "STRATEGY", "RESTARTS", "REASON"):
         assert col in wide.splitlines()[0].split(), wide

@@ -209,7 +209,7 @@ def load_model(path: str | Path, code_path: Optional[str] = None) -> LoadedModel
     if cfg.user_model is not None:
         model = _load_custom(Path(path), meta, cfg, code_path)
     elif meta.get("task") == "link-prediction":  # the GNN's last width is the embedding's; a decoder
-        from grappa.tasks.link_prediction import Decoder
+        from grappa.models.decoder import Decoder
         width = int(meta["widths"][-1])
         model = GNN(cfg, int(meta["num_features"]), width)
         model.decoder = Decoder(meta.get("decoder", "dot"), width)

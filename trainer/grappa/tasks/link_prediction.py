@@ -56,31 +56,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from grappa.models.decoder import Decoder
+
 HITS_AT = (10, 50, 100)
 EVAL_SPLITS = ("val", "test")
 STATS_PER_SPLIT = 3 + len(HITS_AT) + 1  # count, loss, mrr | hits@K ... | auc
 EVAL_STATS_LEN = STATS_PER_SPLIT * len(EVAL_SPLITS)
-
-
-class Decoder(nn.Module):
-    """s(u, v) from h_u, h_v (the last dimension); broadcasts over the others."""
-
-    def __init__(self, kind: str, width: int) -> None:
-        super().__init__()
-        self.kind = kind
-        if kind == "distmult":
-            self.rel = nn.Parameter(torch.ones(width))
-        elif kind == "mlp":
-            self.mlp = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
-        elif kind != "dot":
-            raise ValueError(f"link.decoder must be dot, distmult or mlp, not {kind!r}")
-
-    def forward(self, h_src: Tensor, h_dst: Tensor) -> Tensor:
-        if self.kind == "dot":
-            return (h_src * h_dst).sum(-1)
-        if self.kind == "distmult":
-            return (h_src * self.rel * h_dst).sum(-1)
-        return self.mlp(h_src * h_dst).squeeze(-1)
 
 
 def embedding_width(cfg) -> int:
