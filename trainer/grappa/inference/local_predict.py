@@ -19,7 +19,11 @@ from grappa.data.store.manifest import read_manifest
 from grappa.inference.job import PredictJob
 from grappa.inference.predict_worker import LAUNCHED, MANIFEST
 from grappa.inference.status import read_status, status_file
-from grappa.runtime.local_job import LaunchError, die_with, tail
+from grappa.runtime.local_job import LaunchError, tail
+from grappa.runtime.zygote import FORK_ENV, Zygote, die_with, forking_enabled, signal_group
+
+# What a predict worker imports, loaded once by the zygote that forks them (runtime/zygote.py)
+WORKER_MODULES = ["torch", "grappa.inference.predict_worker"]
 
 
 def _earlier(job: PredictJob) -> Optional[PredictJob]:
@@ -66,20 +70,32 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
     logs.mkdir(exist_ok=True)
     threads = threads or max(1, (os.cpu_count() or 1) // job.workers)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GRAPPA_THREADS": str(threads)}
-    procs = []
-    for rank in range(job.workers):
-        with open(logs / f"worker-{rank}.log", "ab") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "grappa.inference.predict_worker", str(job.path), str(rank)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=die_with(os.getpid())))
+    procs, zygote = [], None
     try:
+        if forking_enabled():
+            # a user's model was loaded here already (its code checked): PyG, if it uses it, too
+            pyg = ["torch_geometric"] if "torch_geometric" in sys.modules else []
+            try:
+                zygote = Zygote(env, WORKER_MODULES + pyg, logs / "zygote.log")
+            except RuntimeError as err:
+                raise LaunchError(f"{err}; {FORK_ENV}=0 starts each worker as a fresh interpreter") from None
+        for rank in range(job.workers):
+            argv = ["-m", "grappa.inference.predict_worker", str(job.path), str(rank)]
+            if zygote is not None:
+                procs.append(zygote.start(argv, env, logs / f"worker-{rank}.log"))
+                continue
+            with open(logs / f"worker-{rank}.log", "ab") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, *argv], env=env, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=die_with(os.getpid())))
         _watch(job, procs, logs, num_nodes, layers, progress, done)
     finally:
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                signal_group(p.pid, signal.SIGKILL)
                 p.wait()
+        if zygote is not None:
+            zygote.close()
     manifest = Path(job.out) / MANIFEST
     if not manifest.exists():
         raise LaunchError(f"every worker exited 0 but {manifest} was not written")

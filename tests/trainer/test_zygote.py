@@ -1,0 +1,121 @@
+"""runtime/zygote.py: a forked rank behaves as `python -m MODULE ARGS` would (its argv, env, log,
+session and exit code), and none outlives the launcher's side or the zygote."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grappa.runtime.zygote import Zygote
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'operator'}"}
+RANK = '''
+import os, sys, time
+print("argv", sys.argv[1:], "rank", os.environ.get("RANK"), "own session", os.getsid(0) == os.getpid(),
+      "preloaded", "json" in sys.modules, flush=True)
+what = sys.argv[1]
+if what == "exit":
+    sys.exit(int(sys.argv[2]))
+if what == "raise":
+    raise ValueError("the user's line")
+if what == "sleep":
+    time.sleep(600)
+'''
+
+
+@pytest.fixture
+def zygote(tmp_path: Path):
+    (tmp_path / "ranky.py").write_text(RANK)
+    env = {**ENV, "PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
+    z = Zygote(env, ["json", "no_such_module_to_preload"], tmp_path / "zygote.log")
+    yield z, env
+    z.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def wait_gone(pid: int, seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
+def test_a_forked_rank_is_the_module_run_with_its_own_env_log_session_and_code(zygote, tmp_path):
+    z, env = zygote
+    ok = z.start(["-m", "ranky", "exit", "0"], {**env, "RANK": "1"}, tmp_path / "r1.log")
+    code = z.start(["-m", "ranky", "exit", "3"], {**env, "RANK": "2"}, tmp_path / "r2.log")
+    raised = z.start(["-m", "ranky", "raise"], env, tmp_path / "r3.log")
+    assert (ok.wait(60), code.wait(60), raised.wait(60)) == (0, 3, 1)
+    assert (tmp_path / "r1.log").read_text() == "argv ['exit', '0'] rank 1 own session True preloaded True\n"
+    assert (tmp_path / "r2.log").read_text().startswith("argv ['exit', '3'] rank 2 ")
+    assert "ValueError: the user's line" in (tmp_path / "r3.log").read_text()  # the traceback, as python prints it
+    assert "could not preload no_such_module_to_preload" in (tmp_path / "zygote.log").read_text()
+    with pytest.raises(ValueError, match="MODULE"):
+        z.start(["ranky.py"], env, tmp_path / "r4.log")
+
+
+def test_a_signalled_rank_reports_the_signal_as_subprocess_does(zygote, tmp_path):
+    z, env = zygote
+    rank = z.start(["-m", "ranky", "sleep"], env, tmp_path / "r.log")
+    assert rank.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        rank.wait(0.2)
+    os.killpg(rank.pid, signal.SIGKILL)  # its own process group: what the launcher signals
+    assert rank.wait(60) == -signal.SIGKILL and rank.returncode == -signal.SIGKILL
+
+
+def test_closing_the_launchers_side_ends_the_ranks_still_running(zygote, tmp_path):
+    z, env = zygote
+    rank = z.start(["-m", "ranky", "sleep"], env, tmp_path / "r.log")
+    z.close()
+    assert wait_gone(rank.pid) and z.proc.returncode == 0
+
+
+def test_ranks_die_with_the_zygote_and_their_codes_say_so(zygote, tmp_path):
+    z, env = zygote
+    rank = z.start(["-m", "ranky", "sleep"], env, tmp_path / "r.log")
+    z.proc.kill()  # even SIGKILL: each rank gets SIGTERM (PR_SET_PDEATHSIG)
+    assert wait_gone(rank.pid)
+    assert rank.wait(60) == -signal.SIGTERM
+    with pytest.raises(RuntimeError, match="the zygote exited"):
+        z.start(["-m", "ranky", "exit", "0"], env, tmp_path / "late.log")
+
+
+def test_a_zygote_that_cannot_start_says_where_its_log_is(tmp_path):
+    env = {**os.environ, "PYTHONPATH": "/nonexistent"}  # grappa.runtime.zygote itself cannot import
+    with pytest.raises(RuntimeError, match=r"exited with code 1 before it was ready; its log: .*zygote.log"):
+        Zygote(env, [], tmp_path / "zygote.log")
+    assert "No module named 'grappa'" in (tmp_path / "zygote.log").read_text()
+
+
+def test_a_job_forked_from_the_zygote_trains_as_fresh_interpreters_do(tmp_path):
+    """The same small job, its ranks forked or started fresh (GRAPPA_FORK_RANKS=0): the same
+    history, bit for bit, and the forked ranks are children of the zygote."""
+    import json
+    args = ["train", "--dataset", "csbm", "--set", "dataset.synthetic.numNodes=400", "--partitions", "2",
+            "--epochs", "2", "--hidden", "8"]
+    histories = []
+    for fork in ("1", "0"):
+        run = tmp_path / f"run-{fork}"
+        env = {**ENV, "GRAPPA_FORK_RANKS": fork}
+        res = subprocess.run([sys.executable, "-m", "grappa", *args, "--run-dir", str(run)], env=env,
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        said = "forked from one process that loaded torch" in res.stderr
+        assert said == (fork == "1") and (run / "logs" / "zygote.log").exists() == (fork == "1"), res.stderr
+        same = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "worker_train_bytes", "worker_store_read_bytes")
+        histories.append([{k: json.loads(ln)[k] for k in same} for ln in (run / "metrics.jsonl").read_text().splitlines()])
+    assert histories[0] == histories[1] and len(histories[0]) == 2
