@@ -9,10 +9,13 @@ from pathlib import Path
 
 
 def main(path: str, t0: str) -> None:
-    rows = []
+    rows, cpu = [], {}
     for line in Path(path).read_text().splitlines():
         name, start, seconds, status = line.split()
-        rows.append((int(start), int(seconds), name, status))
+        if status == CORE_S:
+            cpu[name] = int(seconds)
+        else:
+            rows.append((int(start), int(seconds), name, status))
     if not rows:
         return
     rows.sort()
@@ -26,6 +29,17 @@ def main(path: str, t0: str) -> None:
         bar = " " * a + "#" * (b - a)
         print(f"  {name:<26} {start:>6} {seconds:>6} {start + seconds:>6}  {status:<9} |{bar:<{width}}|",
               file=sys.stderr)
+    if cpu:
+        print(f"  CPU: {_cpu(cpu)}", file=sys.stderr)
+
+
+CORE_S = "core-s"  # rows of hack/cpu_sample.py: core-seconds in the `took` column
+
+
+def _cpu(cpu: dict[str, int]) -> str:
+    busy, available = cpu.get("cpu-busy", 0), max(cpu.get("cpu-available", 0), 1)
+    return (f"busy {busy / available:.0%} of the run ({busy:,} of {available:,} core-s); the bed's containers "
+            f"(the cluster's node and its pods, image builds) {cpu.get('cpu-containers', 0):,} core-s")
 
 
 def _read(path: str) -> dict[str, tuple[int, int, str]]:
@@ -43,13 +57,14 @@ def _min(seconds: int | None) -> str:
 def markdown(paths: list[str]) -> str:
     """One row a run: its result and wall time (the `make-test` row hack/test.sh appends; a file
     without it, the last phase's end), pytest's time, when the cluster and Kueue were ready, when
-    the last unit lane and the last lane of all ended (rows `lane-*` of tests/lanes.py)."""
+    the last unit lane and the last lane of all ended (rows `lane-*` of tests/lanes.py), and the CPU
+    it used (rows `cpu-*` of hack/cpu_sample.py, in runs that have them)."""
     rows = ["<!-- made by `make loop-figures` from docs/results/test-loop/*.txt (hack/phases.py): do not edit -->",
             "# `make test`, cold and warm: the recorded runs", "",
             "Each row is one run's phases file (`~/.cache/grappa/kind-bed/logs/phases.txt` after it), named "
             "`<cold|warm>-<commit>`; how the runs were made: docs/testing.md.", "",
-            "| run | result | make test | pytest | cluster ready | Kueue ready | unit lanes ended | last lane ended |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| run | result | make test | pytest | cluster ready | Kueue ready | unit lanes ended | last lane ended | CPU |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for path in paths:
         p = _read(path)
         end = {name: start + took for name, (start, took, _) in p.items()}
@@ -60,7 +75,8 @@ def markdown(paths: list[str]) -> str:
         rows.append(f"| {Path(path).stem} | {'passed' if result == 'ok' else result} | {_min(total)} | "
                     f"{_min(p['command'][1] if 'command' in p else None)} | {_min(end.get('cluster'))} | "
                     f"{_min(end.get('kueue-install'))} | {_min(max(unit) if unit else None)} | "
-                    f"{_min(max(end[n] for n in lanes) if lanes else None)} |")
+                    f"{_min(max(end[n] for n in lanes) if lanes else None)} | "
+                    f"{_cpu({n: took for n, (_, took, st) in p.items() if st == CORE_S}) if 'cpu-busy' in p else '-'} |")
     return "\n".join(rows) + "\n"
 
 

@@ -15,10 +15,18 @@ export GRAPPA_T0=$(date +%s) GRAPPA_PHASES=$GRAPPA_CACHE/kind-bed/logs/phases.tx
 source "$here/kind/lib.sh"  # phase, job, await; $BED and its folders
 : >"$GRAPPA_PHASES"
 
-summary() {  # the whole run as a phase of its own (its status: ok or exit-N), then the timeline
+python3 "$here/cpu_sample.py" "$GRAPPA_PHASES" & sampler=$!  # the run's CPU, in rows cpu-*
+stop_sampler() { kill -TERM "$sampler" 2>/dev/null && wait "$sampler" || true; }
+
+summary() {  # the whole run as a phase of its own (its status: ok or exit-N), its CPU, the timeline
     local rc=$?
+    stop_sampler
     echo "make-test 0 $(($(date +%s) - GRAPPA_T0)) $([[ $rc == 0 ]] && echo ok || echo "exit-$rc")" >>"$GRAPPA_PHASES"
     python3 "$here/phases.py" "$GRAPPA_PHASES" "$GRAPPA_T0"
+    local junit=$GRAPPA_CACHE/kind-bed/logs/tests.xml  # the Makefile's --junitxml: this run's, if newer
+    if [[ -f $junit && $(stat -c %Y "$junit") -ge $GRAPPA_T0 ]]; then
+        python3 "$here/../tests/cpu_use.py" "$junit" 10 >&2 || true
+    fi
 }
 trap summary EXIT
 
@@ -28,5 +36,6 @@ job venv env PYTHON="${PYTHON:-python3}" "$here/ensure-venv.sh" "$venv"
 job peer-env "$here/peer-env.sh"
 rc=0
 "$here/kind/bed.sh" run --early -- "$here/kind/suite.sh" "$venv" "$@" || rc=$?
+stop_sampler
 wait || true  # the environments' jobs, long done by now
 exit $rc

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import cpu_use
 import kind_bed
 import lanes
 import processes
@@ -77,6 +78,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     lanes.ran(item)
+    item.stash[_CPU_AT_START] = cpu_use.now()
     # Outside pytest-timeout's timer (this wrapper is outermost): what the bed still builds is
     # waited for here, not in a fixture that the test's timeout would cut short.
     if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
@@ -87,6 +89,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             kind_bed.wait_for(kind_bed.KUEUE, "Kueue")
     with lanes.turn(item):
         return (yield)
+
+
+_CPU_AT_START = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    # the teardown's report is the last made from the item: its CPU from setup to here rides on it
+    if call.when == "teardown" and _CPU_AT_START in item.stash:
+        item.user_properties.append((cpu_use.PROPERTY, round(cpu_use.now() - item.stash[_CPU_AT_START], 2)))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -2,7 +2,7 @@
 
 The unit tests run in `$GRAPPA_UNIT_LANES` lanes (default 1) of their own, each a fixed set of
 whole test files in their usual order (a module's fixtures stay in one process): the files are
-dealt out by their recorded weight (tests/unit_weights.json, seconds per file; `python
+dealt out by their recorded weight (tests/unit_weights.json, CPU seconds per file; `python
 tests/lanes.py weights <junit.xml>` records it anew), heaviest first, each to the lightest lane
 so far, so the lanes end together. The e2e tests share the other lanes, which mostly wait on
 the cluster's clocks (suspensions, leases, queues), and start while the unit tests run; a unit
@@ -124,16 +124,22 @@ def unit_lanes(units: list[pytest.Item], lanes: int, weights: dict[str, float]) 
 
 def record_weights(junit_xml: str) -> dict[str, float]:
     """Seconds per unit test file from a run's JUnit XML (`pytest --junitxml`), written to
-    WEIGHTS; e2e files, which do not run in the unit lanes, are left out."""
+    WEIGHTS; e2e files, which do not run in the unit lanes, are left out. A test's CPU seconds
+    (tests/cpu_use.py) where the XML has them: on a busy machine its wall time says more about
+    the lanes beside it than about the test."""
     import xml.etree.ElementTree as ET
+
+    import cpu_use
     root = Path(__file__).resolve().parents[1]
+    cpu = cpu_use.of_cases(junit_xml)
     seconds: dict[str, float] = {}
     for case in ET.parse(junit_xml).iter("testcase"):
         parts = case.get("classname", "").split(".")  # tests.trainer.test_x[.TestClass]
         path = next((p for i in range(len(parts), 0, -1)
                      if (root / (p := "/".join(parts[:i]) + ".py")).is_file()), "")
         if path.startswith("tests/") and not path.startswith("tests/e2e/"):
-            seconds[path] = seconds.get(path, 0.0) + float(case.get("time", 0))
+            spent = cpu.get((case.get("classname", ""), case.get("name", "")), float(case.get("time", 0)))
+            seconds[path] = seconds.get(path, 0.0) + spent
     weights = {path: round(s, 1) for path, s in sorted(seconds.items())}
     WEIGHTS.write_text(json.dumps(weights, indent=1) + "\n")
     return weights

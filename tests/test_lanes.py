@@ -184,6 +184,25 @@ def test_recorded_weights_are_seconds_per_unit_file(tmp_path: Path, monkeypatch:
                                                                    "tests/trainer/test_rounds.py": 4.2}
 
 
+def test_recorded_weights_are_cpu_seconds_where_the_xml_has_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(TESTS))
+    import cpu_use
+    import lanes
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite>'
+                     '<testcase classname="tests.test_lanes" name="a" time="30">'
+                     '<properties><property name="cpu" value="1.25"/></properties></testcase>'
+                     '<testcase classname="tests.test_lanes" name="b" time="2.0"/>'
+                     '<testcase classname="tests.e2e.test_grappajob" name="d" time="99">'
+                     '<properties><property name="cpu" value="7"/></properties></testcase>'
+                     '</testsuite></testsuites>')
+    monkeypatch.setattr(lanes, "WEIGHTS", tmp_path / "weights.json")
+    assert lanes.record_weights(str(junit)) == {"tests/test_lanes.py": 3.2}  # 1.25 CPU + 2.0 wall (no property)
+    text = cpu_use.report(str(junit), 5)
+    assert "CPU seconds of 2 tests: 8 in all" in text and "7.0  tests.e2e.test_grappajob::d" in text, text
+
+
 def _waiting_on(path: Path) -> int:
     """flock requests blocked on `path` (/proc/locks lists a waiter as `N: -> FLOCK ...`)."""
     if not path.exists():

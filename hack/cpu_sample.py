@@ -1,0 +1,59 @@
+"""The CPU a `make test` run used, as rows of its phases file, so a run on two shared cores
+says where their time went: `cpu-busy` (every process on the machine), `cpu-containers` (the
+bed's Docker containers: the cluster's node with every pod in it, and image builds' steps) and
+`cpu-available` (cores x the run's wall time), each in core-seconds in the `took` column with
+status `core-s` (hack/phases.py prints them apart from the timeline).
+usage: python3 hack/cpu_sample.py PHASES_FILE   (runs until SIGTERM, then appends the rows)"""
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+V1 = "/sys/fs/cgroup/cpuacct/docker/*/cpuacct.usage"  # nanoseconds (cgroup v1, this machine)
+V2 = ("/sys/fs/cgroup/system.slice/docker-*.scope/cpu.stat", "/sys/fs/cgroup/docker/*/cpu.stat")
+
+
+def busy_seconds() -> float:
+    """Non-idle CPU seconds since boot, all cores (/proc/stat's first line, in clock ticks)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def containers() -> dict[str, float]:
+    """CPU seconds of each Docker container now running (a removed one keeps its last sample)."""
+    out = {}
+    for f in Path("/").glob(V1.lstrip("/")):
+        out[f.parent.name] = int(f.read_text()) / 1e9
+    for pattern in V2:
+        for f in Path("/").glob(pattern.lstrip("/")):
+            usec = next(int(ln.split()[1]) for ln in f.read_text().splitlines() if ln.startswith("usage_usec"))
+            out[f.parent.name] = usec / 1e6
+    return out
+
+
+def main(phases: str) -> None:
+    t0, busy0 = time.monotonic(), busy_seconds()
+    seen: dict[str, float] = {}
+    before = containers()  # containers already running (another bed's) are not this run's
+    stop = []
+    for sig in (signal.SIGTERM, signal.SIGINT):  # make test's end, or a Ctrl-C of it
+        signal.signal(sig, lambda *_: stop.append(1))
+    while not stop:
+        for cid, seconds in containers().items():
+            seen[cid] = seconds - before.get(cid, 0.0)
+        time.sleep(5)  # a signal ends the loop after this sleep (PEP 475 resumes it)
+    for cid, seconds in containers().items():
+        seen[cid] = seconds - before.get(cid, 0.0)
+    wall = time.monotonic() - t0
+    with open(phases, "a") as f:
+        f.write(f"cpu-busy 0 {round(busy_seconds() - busy0)} core-s\n")
+        f.write(f"cpu-containers 0 {round(sum(seen.values()))} core-s\n")
+        f.write(f"cpu-available 0 {round(wall * (os.cpu_count() or 1))} core-s\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 hack/cpu_sample.py PHASES_FILE")
+    main(sys.argv[1])
