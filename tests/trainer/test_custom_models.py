@@ -1,17 +1,13 @@
 """A user's own PyG model (model.custom) under Grappa: exact gradients, training in both modes,
-exact inference, the model file, and the errors a user's code can cause."""
+exact inference, the same accuracy as the built-in layer, the Python API's settings. (Its model
+file: test_custom_model_file.py; what its code can get wrong: test_custom_model_errors.py.)"""
 from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from waiting import load_factor
 import torch
 import torch.nn.functional as F
 
@@ -25,24 +21,15 @@ from grappa.data.store.preparation import prepare_store
 from grappa.models import GNN
 from grappa.models.build import build_model
 from grappa.models.custom import edge_index_of, hop_counts
-from grappa.models.model_file import describe, load_model, save_model
+from grappa.models.model_file import describe, save_model
 from grappa.models.params import flat_grads
 from grappa.models.user_code import ModelCodeError
 from grappa.runtime.simulation import Simulation
 from grappa.strategies.grappa.reducer import normalise
 from grappa.strategies.grappa.rounds import RoundDecision
 from grappa.strategies.grappa.strategy import GrappaStrategy
+from custom_model_helpers import MODELS, custom
 from inference_helpers import job_for, load_outputs, run_in_threads, small_store
-
-REPO = Path(__file__).resolve().parents[2]
-MODELS = Path(__file__).resolve().parent / "user_models" / "pyg_models.py"
-ENV = {**os.environ, "PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'operator'}"}
-
-
-def custom(factory: str, code_path=MODELS, **model) -> ModelConfig:
-    spec = {"factory": factory, "codePath": str(code_path) if code_path else None, "kwargs": model.pop("kwargs", {}),
-            "adjacency": model.pop("adjacency", "edge-index")}
-    return ModelConfig.model_validate({"hidden": 16, "dropout": 0.0, **model, "custom": spec})
 
 
 # ---- exactness: at P = 1 the step's gradient is single-process PyG's ----------------------------
@@ -239,182 +226,6 @@ def test_predict_equals_the_single_process_reference(tmp_path, factory, kwargs, 
     assert manifest["model"]["custom"]["factory"] == factory
 
 
-# ---- the model file: self-describing, loaded where its code is, refused where it is not ---------------
-
-LOAD = ("import sys; from grappa.models.model_file import load_model; "
-        "m = load_model(sys.argv[1], *sys.argv[2:]); print(type(m.model.net).__name__, m.widths)")
-
-
-def _load_in_fresh_process(path: Path, *code_path: str) -> subprocess.CompletedProcess:
-    # a hang guard stretched by the machine's load (a warm make test's lanes ran it past 120 s)
-    return subprocess.run([sys.executable, "-c", LOAD, str(path), *code_path], env=ENV,
-                          capture_output=True, text=True, timeout=120 * load_factor())
-
-
-def test_model_file_loads_in_a_fresh_process_from_its_code_path_and_not_without_it(tmp_path):
-    code = tmp_path / "code" / "my_gnn.py"
-    code.parent.mkdir()
-    code.write_text(MODELS.read_text())
-    cfg = small_store(tmp_path, num_nodes=300, chunks=2, features=8)
-    cfg = cfg.model_copy(update={"model": custom("my_gnn:make_stack", code_path=code, kwargs={"conv": "sage"})})
-    man = ChunkStore(cfg.store_path).manifest
-    torch.manual_seed(0)
-    model = build_model(cfg.model, man["num_features"], man["num_classes"])
-    path = save_model(tmp_path / "model.pt", describe(cfg, man["num_features"], man["num_classes"],
-                                                      model.widths, man, code=model.code), model.state_dict())
-    meta = torch.load(path, weights_only=False)
-    assert meta["model"]["custom"] == {"factory": "my_gnn:make_stack", "kwargs": {"conv": "sage"},
-                                       "adjacency": "edge-index", "codePath": str(code)}
-    assert meta["code"]["module"] == "my_gnn" and len(meta["code"]["sha256"]) == 64
-    # the user's class takes the state dict as it is (no prefix)
-    assert set(meta["state_dict"]) == set(model.net.state_dict())
-
-    ok = _load_in_fresh_process(path)
-    assert ok.returncode == 0 and "Stack [16, " in ok.stdout, ok.stderr
-
-    moved = tmp_path / "elsewhere" / "my_gnn.py"
-    moved.parent.mkdir()
-    code.rename(moved)
-    gone = _load_in_fresh_process(path)
-    assert gone.returncode != 0
-    msg = gone.stderr.strip().splitlines()[-1]
-    assert "ModelCodeError" in msg and "module my_gnn" in msg and str(code) in msg and "--code-path" in msg, msg
-    assert _load_in_fresh_process(path, str(moved)).returncode == 0  # --code-path: where it is now
-
-    moved.write_text(moved.read_text() + "\n# changed after training\n")
-    changed = _load_in_fresh_process(path, str(moved))
-    msg = changed.stderr.strip().splitlines()[-1]
-    assert changed.returncode != 0 and "differs (sha256" in msg and "put the original code back" in msg, msg
-
-
-# ---- what a user's code can get wrong: exit 3 within seconds, the factory and the user's line ---------
-
-def _train(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
-    args = ["train", "--dataset", "csbm", "--set", "dataset.synthetic.numNodes=600", "--partitions", "2",
-            "--epochs", "2", "--hidden", "8", "--run-dir", str(tmp_path / "run"), *flags]
-    return subprocess.run([sys.executable, "-m", "grappa", *args], env=ENV, capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
-
-
-def _error(res: subprocess.CompletedProcess) -> str:
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("grappa: error:")]
-    assert lines and "Traceback" not in res.stderr, res.stderr[-3000:]
-    return lines[-1]
-
-
-def test_a_factory_whose_module_does_not_import(tmp_path):
-    bad = tmp_path / "broken.py"
-    bad.write_text("import torch\n\nVALUE = 1\nimport no_such_module_anywhere  # the user's line\n")
-    res = _train(tmp_path, "--factory", "broken:make", "--code-path", str(bad))
-    line = _error(res)
-    assert res.returncode == 3
-    assert "model.custom.factory broken:make" in line and f"{bad}, line 4" in line, line
-    assert "No module named 'no_such_module_anywhere'" in line, line
-    assert not (tmp_path / "run" / "logs").exists()  # refused before any process started
-
-
-def test_a_factory_that_is_not_there(tmp_path):
-    res = _train(tmp_path, "--factory", "pyg_models:make_stak", "--code-path", str(MODELS))
-    line = _error(res)
-    assert res.returncode == 3 and "has no 'make_stak'" in line and "make_stack" in line, line
-    res = _train(tmp_path, "--factory", "not_installed_models:make")
-    line = _error(res)
-    assert res.returncode == 3 and "module not_installed_models is not among the installed packages" in line, line
-    assert "codePath" in line
-
-
-def test_a_forward_that_fails_on_the_first_batch(tmp_path):
-    """It passes Grappa's check on a small graph, then fails in the workers' first step: the job
-    ends with exit 3 and the worker's line, the factory and the user's line, not a group crash."""
-    res = _train(tmp_path, "--factory", "pyg_models:make_failing", "--code-path", str(MODELS))
-    line = _error(res)
-    assert res.returncode == 3, res.stderr[-2000:]
-    assert "model.custom.factory pyg_models:make_failing" in line and "cannot take" in line, line
-    assert f"{MODELS}, line" in line and "raise ValueError" in line and "worker" in line, line
-
-
-def test_a_rank_that_cannot_run_tells_the_group():
-    """A rank ending on a permanent error says so in the rendezvous store first: the ranks whose
-    collective then fails end with its code and line (on Kubernetes, where no launcher stops
-    them, the aggregator exits 3 too rather than 1, which the operator would restart)."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from grappa.runtime.exit_codes import permanent_code
-    from grappa.runtime.group import Group, PeerCannotRun
-    master = dist.TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=10), wait_for_workers=False)
-    peer = dist.TCPStore("127.0.0.1", master.port, 2, False, timedelta(seconds=10))
-    aggregator, worker = Group(0, 2, master, 5.0), Group(1, 2, peer, 5.0)
-    assert aggregator.peer_cannot_run() is None
-    assert isinstance(aggregator.failure("step", RuntimeError("connection reset")), Exception)
-    err = ModelCodeError("model.custom.factory m:f: the model's forward failed: ValueError: no")
-    worker.cannot_run(permanent_code(err), str(err))
-    relayed = aggregator.failure("step all-reduce", RuntimeError("connection reset by peer"))
-    assert isinstance(relayed, PeerCannotRun) and relayed.exit_code == 3 and permanent_code(relayed) == 3
-    assert str(relayed) == f"worker 0 (rank 1): {err}"
-
-
-def test_a_model_that_breaks_grappas_check(tmp_path):
-    res = _train(tmp_path, "--factory", "pyg_models:make_stack", "--code-path", str(MODELS),
-                 "--set", "model.custom.kwargs={conv: nope}")
-    line = _error(res)
-    assert res.returncode == 3 and "calling it with in_channels=" in line and "ValueError: nope" in line, line
-    assert f"{MODELS}, line" in line, line
-
-
-def test_strategies_that_need_the_builtin_layers_refuse_a_custom_model():
-    for strategy in ("full", "varco", "retexo"):
-        with pytest.raises(ConfigError) as err:
-            validate_config({"strategy": strategy, "model": {"custom": {"factory": "my_models:make"}}})
-        assert f"strategy '{strategy}' cannot train model.custom (factory my_models:make)" in str(err.value)
-        assert "strategy grappa" in str(err.value)
-    with pytest.raises(ConfigError, match="expected 'package.module:function'"):
-        validate_config({"model": {"custom": {"factory": "my_models.make"}}})
-    with pytest.raises(ConfigError, match="kwargs.in_channels is set by Grappa"):
-        validate_config({"model": {"custom": {"factory": "m:f", "kwargs": {"in_channels": 3}}}})
-    assert validate_config({"model": {"custom": {"factory": "m:f", "kwargs": {"num_layers": 3}}}}).model.layers == 3
-
-
-def test_build_errors_name_the_factory(tmp_path):
-    with pytest.raises(ModelCodeError, match="returned a int, not a torch.nn.Module"):
-        (tmp_path / "ints.py").write_text("def make(in_channels, out_channels):\n    return 3\n")
-        build_model(custom("ints:make", tmp_path / "ints.py"), 4, 2)
-    with pytest.raises(ModelCodeError, match="codePath .* does not exist"):
-        build_model(custom("ints:make", tmp_path / "nowhere.py"), 4, 2)
-
-
-# ---- everything a built-in gets: checkpoints, resume, the replica check, report --------------------
-
-@pytest.mark.slow
-def test_a_custom_model_checkpoints_resumes_and_refuses_changed_code(tmp_path):
-    code = tmp_path / "gnn.py"
-    code.write_text(MODELS.read_text())
-    flags = ("--factory", "gnn:make_stack", "--code-path", str(code), "--mode", "mini-batch",
-             "--batch-size", "64", "--checkpoint-interval", "1")
-    first = _train(tmp_path, *flags)
-    assert first.returncode == 0, first.stderr[-3000:]
-    run = tmp_path / "run"
-    assert (run / "model.pt").is_file() and sorted(p.name for p in (run / "checkpoints").iterdir())
-    code.write_text(code.read_text() + "\n# edited\n")
-    edited = subprocess.run([sys.executable, "-m", "grappa", "train", "--dataset", "csbm", "--set",
-                             "dataset.synthetic.numNodes=600", "--partitions", "2", "--epochs", "3", "--hidden",
-                             "8", "--run-dir", str(run), *flags], env=ENV, capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path)
-    line = _error(edited)
-    assert edited.returncode == 3 and "checkpoint" in line and "differs (sha256" in line, line
-    code.write_text(MODELS.read_text())
-    resumed = subprocess.run(edited.args, env=ENV, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    events = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [e["epoch"] for e in events if "event" not in e] == [1, 2, 3]
-    assert any(e.get("event") == "resume" and e["epoch"] == 2 for e in events)
-    report = json.loads((run / "report.json").read_text())
-    assert report["config"]["model"]["custom"]["factory"] == "gnn:make_stack"
-    loaded = load_model(run / "model.pt")
-    assert type(loaded.model.net).__name__ == "Stack"
-
-
 # ---- the same model, PyG's or ours, trains to the same accuracy -------------------------------------
 
 @pytest.mark.slow
@@ -471,41 +282,3 @@ def test_python_api_settings_and_factories(tmp_path, monkeypatch):
     local_factory.__module__, local_factory.__qualname__ = "__main__", "local_factory"
     with pytest.raises(ModelCodeError, match="put it in a .py file"):
         grappa.make_config(model=local_factory)
-
-
-def test_an_installed_package_is_identified_by_its_version(tmp_path):
-    """A factory from an installed package (examples/byom, as the Dockerfile installs it) records
-    the distribution's version; a model file is refused where another version is installed."""
-    site = tmp_path / "site"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
-    subprocess.run([*pip, str(site), str(REPO / "examples" / "byom")], check=True, capture_output=True, timeout=300)
-    env = {**ENV, "PYTHONPATH": f"{site}:{ENV['PYTHONPATH']}"}
-    cfg = small_store(tmp_path, num_nodes=300, chunks=2, features=8)
-    save = ("import sys, json, torch\n"
-            "from grappa.config import TrainConfig\n"
-            "from grappa.data.store.chunk_store import ChunkStore\n"
-            "from grappa.models.build import build_model\n"
-            "from grappa.models.model_file import describe, save_model\n"
-            "cfg = TrainConfig.model_validate_json(sys.argv[1])\n"
-            "man = ChunkStore(cfg.store_path).manifest\n"
-            "m = build_model(cfg.model, man['num_features'], man['num_classes'])\n"
-            "save_model(sys.argv[2], describe(cfg, man['num_features'], man['num_classes'], m.widths, man, code=m.code),"
-            " m.state_dict())\n"
-            "print(json.dumps(m.code))\n")
-    cfg = cfg.model_copy(update={"model": custom("my_models:transformer", code_path=None)})
-    made = subprocess.run([sys.executable, "-c", save, cfg.model_dump_json(), str(tmp_path / "model.pt")], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr[-2000:]
-    code = json.loads(made.stdout.strip().splitlines()[-1])
-    assert (code["module"], code["distribution"], code["version"]) == ("my_models", "my-models", "1.0.0")
-    ok = subprocess.run([sys.executable, "-c", LOAD, str(tmp_path / "model.pt")], env=env, capture_output=True,
-                        text=True, timeout=300)
-    assert ok.returncode == 0 and "Transformer" in ok.stdout, ok.stderr[-2000:]
-    dist_info = next(site.glob("my_models-1.0.0.dist-info"))
-    meta = dist_info / "METADATA"
-    meta.write_text(meta.read_text().replace("Version: 1.0.0", "Version: 1.1.0"))
-    dist_info.rename(site / "my_models-1.1.0.dist-info")
-    other = subprocess.run([sys.executable, "-c", LOAD, str(tmp_path / "model.pt")], env=env, capture_output=True,
-                           text=True, timeout=300)
-    msg = other.stderr.strip().splitlines()[-1]
-    assert other.returncode != 0 and "my-models 1.0.0" in msg and "install my-models==1.0.0" in msg, msg
