@@ -15,6 +15,7 @@ from grappa.data.store.chunk_store import ChunkStore
 from grappa.models.build import build_model
 from grappa.models.model_file import describe, load_model, save_model
 from inference_helpers import small_store
+from waiting import load_factor
 
 
 def test_model_file_loads_in_a_fresh_process_from_its_code_path_and_not_without_it(tmp_path):
@@ -41,16 +42,34 @@ def test_model_file_loads_in_a_fresh_process_from_its_code_path_and_not_without_
     moved = tmp_path / "elsewhere" / "my_gnn.py"
     moved.parent.mkdir()
     code.rename(moved)
-    gone = load_in_fresh_process(path)
-    assert gone.returncode != 0
-    msg = gone.stderr.strip().splitlines()[-1]
-    assert "ModelCodeError" in msg and "module my_gnn" in msg and str(code) in msg and "--code-path" in msg, msg
-    assert load_in_fresh_process(path, str(moved)).returncode == 0  # --code-path: where it is now
+    # One more fresh process (each costs seconds of imports): without the code, then with
+    # --code-path, then with that file changed; the first attempt imports nothing of my_gnn.
+    after = subprocess.run([sys.executable, "-c", AFTER_MOVE, str(path), str(moved)], env=ENV,
+                           capture_output=True, text=True, timeout=120 * load_factor())
+    assert after.returncode == 0, after.stderr[-3000:]
+    gone, found, changed = after.stdout.strip().splitlines()[-3:]
+    assert gone.startswith("refused ModelCodeError") and "module my_gnn" in gone, gone
+    assert str(code) in gone and "--code-path" in gone, gone
+    assert found == "loaded Stack", found  # --code-path: where it is now
+    assert changed.startswith("refused ModelCodeError") and "differs (sha256" in changed, changed
+    assert "put the original code back" in changed, changed
 
-    moved.write_text(moved.read_text() + "\n# changed after training\n")
-    changed = load_in_fresh_process(path, str(moved))
-    msg = changed.stderr.strip().splitlines()[-1]
-    assert changed.returncode != 0 and "differs (sha256" in msg and "put the original code back" in msg, msg
+
+AFTER_MOVE = """
+import sys
+from pathlib import Path
+from grappa.models.model_file import load_model
+model, moved = sys.argv[1], Path(sys.argv[2])
+def attempt(*code_path):
+    try:
+        print("loaded", type(load_model(model, *code_path).model.net).__name__)
+    except Exception as err:
+        print("refused", type(err).__name__, str(err).replace(chr(10), " "))
+attempt()
+attempt(str(moved))
+moved.write_text(moved.read_text() + "\\n# changed after training\\n")
+attempt(str(moved))
+"""
 
 
 # ---- everything a built-in gets: checkpoints, resume, the replica check, report --------------------

@@ -239,7 +239,7 @@ def test_pyg_graphsage_trains_as_our_sage_at_p4(data_root, tmp_path, dataset):
     def cfg(model: dict) -> TrainConfig:
         return validate_config({"partitions": 4, "dataset": {"name": dataset},
                                 "model": {"layers": 2, "hidden": 64, "dropout": 0.0, **model},
-                                "training": {"epochs": 60, "seed": 1}, "grappa": {"rounds": {"every": 10}},
+                                "training": {"epochs": 30, "seed": 1}, "grappa": {"rounds": {"every": 10}},
                                 "storeDir": str(tmp_path / "store"), "runDir": str(tmp_path / "run")})
     ours_cfg = cfg({"arch": "sage"})
     prepare_store(ours_cfg, progress=False)

@@ -187,6 +187,13 @@ class LocalJob:
             except subprocess.TimeoutExpired:
                 signal_group(p.pid, signal.SIGKILL)
                 p.wait()
+        self.close_zygote()
+
+    def close_zygote(self) -> None:
+        """Once the ranks are done (a zygote ends any still running)."""
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
 
     def watch(self) -> None:
         metrics = self.run_dir / "metrics.jsonl"
@@ -277,9 +284,7 @@ class LocalJob:
                 signal.signal(signal.SIGTERM, previous)
             if all(p.poll() is not None for p in self.procs):  # nobody left to signal
                 (self.run_dir / PIDS).unlink(missing_ok=True)
-            if self.zygote is not None:
-                self.zygote.close()
-                self.zygote = None
+            self.close_zygote()
         report = self.run_dir / "report.json"
         if not report.exists():
             raise LaunchError(f"all processes exited 0 but {report} was not written")

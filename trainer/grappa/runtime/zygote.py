@@ -84,6 +84,16 @@ class Forked:
     def poll(self) -> Optional[int]:
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
     def wait(self, timeout: Optional[float] = None) -> int:
         with self.zygote.changed:
             if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.codes, timeout):
@@ -173,6 +183,9 @@ def _run_rank(request: dict, zygote: int, tie) -> None:
         os.close(null)
         os.environ.clear()
         os.environ.update(request["env"])
+        for name in ("sitecustomize", "usercustomize"):  # what an interpreter runs at start-up, now
+            if name in sys.modules:                      # with the rank's environment (RANK, ...)
+                importlib.reload(sys.modules[name])
         module = request["argv"][1]
         sys.argv = [module, *request["argv"][2:]]  # runpy puts the module's file in argv[0]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
