@@ -108,3 +108,15 @@ def test_fresh_interpreters_on_request(monkeypatch):
     assert not forking_enabled()
     monkeypatch.setenv(FORK_ENV, "1")
     assert forking_enabled()
+
+
+def test_what_an_import_prints_goes_to_the_log_not_into_the_protocol(tmp_path):
+    (tmp_path / "noisy.py").write_text("print('ready')\nprint('pid 1')\n")
+    (tmp_path / "ranky.py").write_text(RANK)
+    env = {**ENV, "PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
+    z = Zygote(env, ["noisy"], tmp_path / "zygote.log")
+    try:
+        assert z.start(["-m", "ranky", "exit", "0"], env, tmp_path / "r.log").wait(60) == 0
+    finally:
+        z.close()
+    assert (tmp_path / "zygote.log").read_text() == "ready\npid 1\n"

@@ -86,7 +86,10 @@ class Forked:
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # ended, its exit not reported yet
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -166,7 +169,7 @@ class Zygote:
 
 # ---- the zygote's side ------------------------------------------------------------------------
 
-def _run_rank(request: dict, zygote: int, tie) -> None:
+def _run_rank(request: dict, tie, protocol: int) -> None:
     """In the forked child: become `python -m MODULE ARGS` with the request's env and log."""
     import atexit
     import runpy
@@ -174,6 +177,7 @@ def _run_rank(request: dict, zygote: int, tie) -> None:
     try:
         os.setsid()
         tie()
+        os.close(protocol)  # the launcher's pipe is the zygote's alone: it ends when the zygote does
         fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -209,11 +213,11 @@ def _run_rank(request: dict, zygote: int, tie) -> None:
             os._exit(code)
 
 
-def _exit_code(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
-
-
 def serve(preload: list[str]) -> None:
+    # The protocol gets stdout's pipe to itself; whatever else prints (an import, a user's
+    # sitecustomize) goes to the zygote's log with stderr.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     # PyG touches torch.jit.script at import time (as grappa/__main__.py says)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated", category=FutureWarning)
     for name in preload:
@@ -221,8 +225,7 @@ def serve(preload: list[str]) -> None:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the rank that needs it will fail with its own error
             print(f"zygote: could not preload {name}: {err}", file=sys.stderr, flush=True)
-    me, tie = os.getpid(), die_with(os.getpid())
-    out = sys.stdout
+    tie = die_with(os.getpid())
     out.write("ready\n")
     out.flush()
     running: set[int] = set()
@@ -240,10 +243,11 @@ def serve(preload: list[str]) -> None:
                 pending += data
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
-                    out.flush()
+                    for stream in (out, sys.stdout, sys.stderr):  # nothing buffered is written twice
+                        stream.flush()
                     pid = os.fork()
                     if pid == 0:
-                        _run_rank(json.loads(line), me, tie)
+                        _run_rank(json.loads(line), tie, out.fileno())
                     running.add(pid)
                     out.write(f"pid {pid}\n")
                     out.flush()
@@ -260,7 +264,7 @@ def serve(preload: list[str]) -> None:
             running.discard(pid)
             if open_:
                 try:
-                    out.write(f"exit {pid} {_exit_code(status)}\n")
+                    out.write(f"exit {pid} {os.waitstatus_to_exitcode(status)}\n")
                     out.flush()
                 except BrokenPipeError:
                     open_ = False
