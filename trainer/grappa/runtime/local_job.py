@@ -20,8 +20,8 @@ from typing import Optional, Protocol
 
 from grappa.config import TrainConfig, dump_config
 from grappa.runtime import startup
-from grappa.runtime.zygote import FORK_ENV, Zygote, die_with, forking_enabled, signal_group
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
+from grappa.runtime.zygote import FORK_ENV, Zygote, die_with, forking_enabled, signal_group
 
 # How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
 # one checkpoint write at most; this leaves room for a slow disk.
