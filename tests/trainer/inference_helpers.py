@@ -91,6 +91,11 @@ def run_in_threads(job: PredictJob) -> None:
     if errors:
         raise errors[0]
     assert not any(t.is_alive() for t in threads), "a worker hung"
+    # a finished worker leaves no memory-sampling thread behind in the process that ran it
+    samplers = [t for t in threading.enumerate() if t.name == "grappa-pss"]
+    for t in samplers:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in samplers), "a finished worker left its PSS sampler running"
 
 
 def load_outputs(out: Path) -> dict[str, np.ndarray]:

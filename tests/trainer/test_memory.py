@@ -1,7 +1,9 @@
 """Memory accounting: PSS counts a page shared by k processes as 1/k in each, RSS in full."""
+import gc
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 
@@ -44,3 +46,27 @@ def test_a_mapped_file_shared_with_another_process_counts_half_in_pss(tmp_path):
     finally:
         child.stdin.close()
         child.wait(timeout=30)
+
+
+def _samplers() -> list:
+    return [t for t in threading.enumerate() if t.name == "grappa-pss"]
+
+
+def _wait_gone(threads: list) -> list:
+    for t in threads:
+        t.join(timeout=10)
+    return [t for t in threads if t.is_alive()]
+
+
+def test_a_background_sampler_ends_when_stopped_or_dropped():
+    """A process that runs many jobs in-process (the Python API, the tests) must not keep one
+    reading thread per finished job: each walks every mapping of the process once an interval."""
+    before = set(_samplers())
+    stopped, dropped = PeakMemory(interval=0.01), PeakMemory(interval=0.01)
+    new = [t for t in _samplers() if t not in before]
+    assert len(new) == 2
+    stopped.stop()
+    del dropped
+    gc.collect()
+    assert _wait_gone(new) == []
+    assert stopped.peak_pss >= 0

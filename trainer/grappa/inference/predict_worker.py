@@ -121,6 +121,7 @@ def run_worker(job: PredictJob, rank: int) -> None:
         status.state["split_sums"] = split_sums(model, g, scratch, base_chunks(rank, job.workers, K),
                                                 job.block_rows)
     status.update(phase="done", bytes_read=g.bytes_read, force=True)
+    status.memory.stop()
     if rank == 0:
         wait_until(lambda: all(read_status(scratch, r).get("phase") == "done" for r in range(job.workers)),
                    "every worker")

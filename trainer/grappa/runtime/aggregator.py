@@ -271,6 +271,12 @@ class Aggregator:
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> dict:
+        try:
+            return self.train()
+        finally:
+            self.memory.stop()
+
+    def train(self) -> dict:
         cfg = self.cfg
         epochs = cfg.training.epochs
         self.receive_layouts()

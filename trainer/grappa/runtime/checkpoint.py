@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
-
 from grappa.util.files import atomic_write
 
 _NAME = re.compile(r"^epoch-(\d{6})\.pt$")
@@ -24,6 +22,7 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 
 def encode_state(state: dict[str, Any]) -> bytes:
+    import torch  # here, not above: the launcher reads a run folder without loading torch
     buf = io.BytesIO()
     torch.save(state, buf)
     return buf.getvalue()
@@ -53,6 +52,7 @@ def latest_checkpoint(run_dir: str | Path) -> Optional[Path]:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    import torch
     try:
         return torch.load(path, weights_only=False)
     except Exception as err:  # a torn or foreign file: say which, don't guess

@@ -84,7 +84,7 @@ class StagedWorker(Worker):
         torch.save(self.own_h, tmp)
         tmp.replace(self._rows_file(stage + 1))
 
-    def run(self) -> None:
+    def serve(self) -> None:
         while True:
             cmd, epoch, stage, _, steps, do_eval, wbar = self.recv_control()
             if cmd == proto.CMD_STOP:
@@ -127,7 +127,7 @@ class StagedAggregator(Aggregator):
         self.last_epoch.on_disk(ck["epoch"], self.steps_done(), path)
         return ck["epoch"], ck["stage"], ck["stage_done"]
 
-    def run(self) -> dict:
+    def train(self) -> dict:
         cfg = self.cfg
         lengths = stage_epochs(cfg.training.epochs, cfg.model.layers)
         bounds = [sum(lengths[:s]) for s in range(len(lengths) + 1)]

@@ -191,6 +191,12 @@ class Worker:
         return tuple(ctrl[i].item() for i in range(7))
 
     def run(self) -> None:
+        try:
+            self.serve()
+        finally:
+            self.memory.stop()
+
+    def serve(self) -> None:
         self.send_eval_layout()
         self.receive_replica()
         while True:

@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import threading
 import time
+import weakref
 
 
 def release_free_memory() -> bool:
@@ -58,7 +59,11 @@ class PeakMemory:
         self._last = 0.0
         self._stop = threading.Event()
         if interval > 0:
-            threading.Thread(target=self._run, args=(interval,), daemon=True).start()
+            # The thread holds the sampler weakly, so one its owner forgot to stop ends with it: a
+            # process that runs many jobs in-process (the Python API, a notebook, the tests) would
+            # otherwise keep one reading thread per job, each walking every mapping of the process.
+            threading.Thread(target=_sample_while_alive, args=(weakref.ref(self), self._stop, interval),
+                             name="grappa-pss", daemon=True).start()
 
     def sample(self) -> None:
         self.peak_pss = max(self.peak_pss, pss_bytes())
@@ -68,13 +73,18 @@ class PeakMemory:
         if time.monotonic() - self._last >= seconds:
             self.sample()
 
-    def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            self.sample()
-
     def stop(self) -> None:
         self._stop.set()
 
     @property
     def peak_rss(self) -> int:
         return peak_rss_bytes()
+
+
+def _sample_while_alive(ref: "weakref.ref[PeakMemory]", stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        memory = ref()
+        if memory is None:
+            return
+        memory.sample()
+        del memory  # no strong reference while waiting
