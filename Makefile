@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-peer peer-env loop-figures clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-link bench-peer peer-env loop-figures clean-data
 
 venv: $(VENV)/.ready
 
@@ -111,6 +111,13 @@ bench-inference: venv
 bench-models: venv
 	$(PY) bench/models.py --datasets coauthor-physics --epochs 3 --eval-fraction 0.1 --profile
 	$(PY) bench/models.py --datasets rmat-20 --epochs 2 --max-steps 100 --eval-fraction 0.01 --profile
+
+# docs/results/link.md: link prediction, single-process PyG vs full communication vs Grappa (P = 4, 8;
+# with and without correction, rounds on and off) on Cora, Coauthor-Physics and Amazon-Photo, 2 and 3
+# layers, then RMAT-22 at P = 8 (resumes from link-runs.json; --force re-measures).
+bench-link: venv
+	$(PY) bench/link.py --datasets cora,amazon-photo,coauthor-physics --partitions 4,8 --layers 2,3 --epochs 100 --no-rmat
+	$(PY) bench/link.py --rmat-only --rmat-scale 22 --rmat-epochs 2 --rmat-steps 100
 
 # DistDGL's own environment (dgl 2.1.0, torch 2.1, numpy < 2), cached by its lock's hash like ours.
 peer-env:

@@ -1,0 +1,72 @@
+"""docs/results/link.md is computed from link-runs.json: gaps, the target's verdict (which can
+fail), the P = 8 explanation's figures, and "not measured" for every missing cell."""
+
+from bench_modules import load
+
+
+def cell(mrr: float, seconds: float = 0.5, nbytes: int = 3 * 2 ** 20, method: str = "grappa", p: int = 4,
+         ds: str = "cora") -> dict:
+    return {"dataset": ds, "method": method, "partitions": p, "test_mrr": mrr, "test_hits@50": mrr / 2,
+            "test_auc": 0.9, "best_epoch": 40, "epoch_seconds": seconds, "bytes_per_epoch": nbytes,
+            "epochs": 100, "eval_every": 1, "arch": "gcn", "hidden": 128, "dropout": 0.0, "lr": 0.01}
+
+
+def runs_where_cora_2_layers_is(grappa_p4: float, render) -> dict:
+    k = render.cell_key
+    runs = {k("cora", 2, "single", 1): cell(0.50, nbytes=0, method="single", p=1),
+            k("cora", 2, "full", 4): cell(0.505, method="full"),
+            k("cora", 2, "grappa", 4): cell(grappa_p4),
+            k("cora", 3, "single", 1): cell(0.40, nbytes=0, method="single", p=1),
+            k("cora", 3, "grappa", 4): cell(0.395),
+            k("cora", 2, "grappa", 8): cell(0.47, p=8),
+            k("cora", 2, "no-rounds", 8): cell(0.45, p=8),
+            k("cora", 2, "no-correction", 8): cell(0.46, p=8),
+            k("cora", 3, "grappa", 8): cell(0.38, p=8),
+            k("cora", 3, "neither", 8): {"dataset": "cora", "method": "neither", "partitions": 8,
+                                         "failed": "train failed (1): out of memory"}}
+    return runs
+
+
+def test_link_page_computes_gaps_and_a_met_target(tmp_path):
+    render = load("render_link")
+    runs = runs_where_cora_2_layers_is(0.495, render)
+    page = render.render(runs, tmp_path, datasets=["cora"]).read_text()
+    lines = page.splitlines()
+    assert "- P = 4: **met** in all 2 settings." in lines
+    assert "  - Within: cora, 2 layers, Grappa - single = -0.0050." in lines
+    # P = 8: gaps -0.03 (2 layers) and -0.02 (3); rounds add +0.02, the correction +0.01; P 4 -> 8 moves -0.025, -0.015
+    assert "| cora | 2 | -0.0050 | -0.0300 | -0.0400 | -0.0500 | not measured | not measured |" in lines
+    assert ("At P = 8 Grappa is mean -0.0250 (from -0.0300 to -0.0200, 2 settings) from single-process; "
+            "0 of 2 settings are within 0.01.") in lines
+    assert any(line.startswith("Rounds (Grappa minus no rounds) add mean +0.0200") for line in lines)
+    assert any(line.startswith("The coverage correction (Grappa minus no correction) adds mean +0.0100") for line in lines)
+    row = next(line for line in lines if line.startswith("| 2 | Grappa (correction + rounds) | 4 |"))
+    assert row == "| 2 | Grappa (correction + rounds) | 4 | 0.4950 | -0.0050 | 0.2475 | 0.9000 | 40 | 0.500 | 3.00 MiB |"
+    assert "| 2 | single-process PyG | 1 | 0.5000 | - | 0.2500 | 0.9000 | 40 | 0.500 | 0 |" in lines
+    assert "| 3 | full communication | 4 | not measured | | | | | | |" in lines
+    assert any(line.startswith("| 3 | Grappa, neither | 8 | failed: 'train failed (1): out of memory'") for line in lines)
+    assert "RMAT-22 at P = 8: not measured." in lines
+    assert "Grid status: 9 of 66 (graph, depth, method, P) cells measured" in page
+    assert (tmp_path / "link.png").exists()
+
+
+def test_link_target_fails_when_grappa_is_0_02_below_single_process(tmp_path):
+    render = load("render_link")
+    runs = runs_where_cora_2_layers_is(0.48, render)  # 0.02 below single's 0.50
+    page = render.render(runs, tmp_path, datasets=["cora"]).read_text()
+    lines = page.splitlines()
+    assert "- P = 4: **missed** in 1 of 2 measured settings." in lines
+    assert "  - Miss: cora, 2 layers, Grappa - single = -0.0200." in lines
+    assert "**met**" not in page
+
+
+def test_an_empty_json_renders_a_page_that_measures_nothing(tmp_path):
+    render = load("render_link")
+    page = render.render({}, tmp_path).read_text()
+    assert "- P = 4: not judged yet (0 of 6 settings measured)." in page
+    assert "P = 8 is not measured yet." in page
+    assert "RMAT-22 at P = 8: not measured." in page
+    assert "Grid status: 0 of 66 (graph, depth, method, P) cells measured" in page
+    assert not (tmp_path / "link.png").exists()
+    digits = [line for line in page.splitlines() if line.startswith("| 2 |") or line.startswith("| 3 |")]
+    assert digits and all("not measured" in line for line in digits)
