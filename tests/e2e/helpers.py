@@ -27,6 +27,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
 import yaml
 
@@ -282,12 +283,14 @@ def apply_file(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> subproc
 
 
 def get_job(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
-    proc = cluster.kubectl("get", RESOURCE, name, "-n", ns, "-o", "json", check=False)
-    return json.loads(proc.stdout) if proc.returncode == 0 else None
+    """The job, or None when it does not exist or the API did not answer (a wait polls again)."""
+    return cluster.api_get_or_none(f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}/{name}")
 
 
 def job_pods(cluster: Cluster, ns: str, name: str) -> list[dict[str, Any]]:
-    return cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"{LABEL_JOB}={name}")["items"]
+    selector = quote(f"{LABEL_JOB}={name}", safe="")
+    found = cluster.api_get(f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}")
+    return (found or {}).get("items", [])
 
 
 def events(cluster: Cluster, ns: str, kind: str | None = None, name: str | None = None) -> list[dict[str, Any]]:

@@ -153,8 +153,8 @@ class PredictResult:
 
     def load(self, name: str = "predictions"):
         """One output as a numpy array (row v is node v), memory-mapped."""
-        import numpy as np
-        return np.load(self.files[name], mmap_mode="r")
+        from grappa.util.npy import map_npy  # numpy only when an output is read
+        return map_npy(self.files[name])
 
 
 def _inference(command: str, model, config: ConfigLike, *, store, out, workers, code_path, progress,

@@ -36,6 +36,7 @@ import numpy as np
 from grappa.data.errors import ChunkStoreError, DatasetError
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
 from grappa.data.store.manifest import LINK_DIR
+from grappa.util.npy import map_npy
 
 SUPERVISION = ("train", "val", "test")
 EVALUATED = ("val", "test")
@@ -391,7 +392,7 @@ class LinkEdges:
         for stem, shape in entry["files"].items():
             path = folder / f"{stem}.npy"
             try:
-                arr = np.load(path, mmap_mode="r")
+                arr = map_npy(path)
             except (OSError, ValueError) as err:
                 raise ChunkStoreError(f"{path} cannot be read ({err}); delete {store_path} and "
                                       "prepare it again") from None

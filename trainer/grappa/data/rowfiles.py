@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from grappa.util.npy import map_npy
+
 
 LAYER_PREFIX = "layer-"
 
@@ -82,7 +84,7 @@ class LayerRows:
 
     def rows(self, k: int) -> np.ndarray:
         if k not in self._maps:
-            self._maps[k] = np.load(layer_file(self.scratch, self.layer, k), mmap_mode="r")
+            self._maps[k] = map_npy(layer_file(self.scratch, self.layer, k))
         return self._maps[k]
 
     def release(self) -> None:

@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 
 from grappa.data.errors import DatasetError
+from grappa.util.npy import map_npy
 
 LINK = "link-prediction"
 PAIR_SCORES, TOPK, TOPK_SCORES = "pair_scores", "topk", "topk_scores"
@@ -83,7 +84,7 @@ def _text_ids(path: Path, flag: str, cols: int) -> tuple[np.ndarray, list[int]]:
 
 def _npy_ids(path: Path, flag: str) -> np.ndarray:
     try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        arr = map_npy(path)
     except (OSError, ValueError) as err:
         raise DatasetError(f"{flag} {path} cannot be read as .npy ({err}); "
                            + FORMATS.format(what="pair or node")) from None

@@ -17,6 +17,7 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from grappa.data.errors import DatasetError
+from grappa.util.npy import HEADER_LOCK
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ def _read_header(fh: BinaryIO, origin: str) -> NpyHeader:
         version = np.lib.format.read_magic(fh)
         reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
             np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = reader(fh, max_header_size=1 << 16)
+        with HEADER_LOCK:  # numpy parses the header with ast (grappa/util/npy.py)
+            shape, fortran, dtype = reader(fh, max_header_size=1 << 16)
     except (ValueError, OSError, EOFError) as err:
         raise DatasetError(f"{origin} is not a .npy array ({err}); write it with numpy.save") from None
     if dtype.hasobject:

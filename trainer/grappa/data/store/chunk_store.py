@@ -13,6 +13,7 @@ from grappa.data.errors import ChunkStoreError
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.manifest import CHUNK_OF, chunk_dir, read_manifest
+from grappa.util.npy import map_npy
 
 # Files whose checksum already matched in this process: (path, sha256) -> size. Hash once.
 _VERIFIED: dict[tuple[str, str], int] = {}
@@ -74,7 +75,7 @@ class ChunkStore:
         if not path.is_file():
             raise ChunkStoreError(f"chunk store file {path} is missing; {_FIX}")
         try:
-            arr = np.load(path, mmap_mode="r")
+            arr = map_npy(path)
         except (ValueError, OSError) as err:
             raise ChunkStoreError(f"chunk store file {path} is corrupt ({err}); {_FIX}") from None
         if arr.dtype.str != expected["dtype"] or list(arr.shape) != expected["shape"]:

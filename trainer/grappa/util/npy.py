@@ -1,0 +1,23 @@
+"""Memory-mapping .npy files from several threads.
+
+numpy parses a .npy header with `ast.literal_eval`, and CPython 3.11 (this project's Python)
+keeps the AST builder's recursion depth per interpreter, not per thread: two threads parsing at
+once can fail one of them with SystemError "AST constructor recursion depth mismatch"
+(python/cpython#106905). In-process shards that opened their chunks at the same moment did
+(tests/trainer/test_varco.py, once in many runs). So every header is parsed under one lock; the
+data is mapped, not read, so the lock is held for microseconds.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+HEADER_LOCK = threading.Lock()
+
+
+def map_npy(path: str | Path) -> np.ndarray:
+    """np.load(path, mmap_mode="r"), its header parsed under HEADER_LOCK (pickles refused)."""
+    with HEADER_LOCK:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
