@@ -63,7 +63,7 @@ class Cluster:
 
         Through one connection pool kept per process: the waits poll twice a second, and each
         kubectl run costs ~70 ms of CPU (a warm run's 3,788 of them took 267 CPU-s, more than the
-        cluster's API server); a request here costs ~1 ms. Any other answer raises, naming the path."""
+        cluster's API server); a request here costs a few ms. Any other answer raises, naming the path."""
         host, pool, headers = self._api_pool()
         resp = pool.request("GET", host + path, headers=headers, timeout=30.0, retries=False)
         if resp.status == 404:
