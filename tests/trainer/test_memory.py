@@ -59,8 +59,8 @@ def _wait_gone(threads: list) -> list:
 
 
 def test_a_background_sampler_ends_when_stopped_or_dropped():
-    """A process that runs many jobs in-process (the Python API, the tests) must not keep one
-    reading thread per finished job: each walks every mapping of the process once an interval."""
+    """A process that runs many workers in-process (a unit-test lane) must not keep one reading
+    thread per finished worker: each walks every mapping of the process once an interval."""
     before = set(_samplers())
     stopped, dropped = PeakMemory(interval=0.01), PeakMemory(interval=0.01)
     new = [t for t in _samplers() if t not in before]

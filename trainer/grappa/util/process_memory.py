@@ -60,8 +60,8 @@ class PeakMemory:
         self._stop = threading.Event()
         if interval > 0:
             # The thread holds the sampler weakly, so one its owner forgot to stop ends with it: a
-            # process that runs many jobs in-process (the Python API, a notebook, the tests) would
-            # otherwise keep one reading thread per job, each walking every mapping of the process.
+            # process that runs many workers in-process (the tests' threads) would otherwise keep
+            # one reading thread per worker, each walking every mapping of the process.
             threading.Thread(target=_sample_while_alive, args=(weakref.ref(self), self._stop, interval),
                              name="grappa-pss", daemon=True).start()
 
