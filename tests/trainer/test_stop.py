@@ -90,9 +90,14 @@ def test_sigterm_to_the_launcher_checkpoints_and_resume_finishes_exactly(tmp_pat
     cfg = job(tmp_path, "stopped")
     launcher = launch(tmp_path, cfg, after_epochs=3)
     reported = len(epochs_of(records(cfg)))
+    # The ranks' zygote is a fork of the launcher (zygote.py): it has the launcher's command line.
+    ranks = json.loads((Path(cfg.run_dir) / "pids.json").read_text())
+    zygote = int(Path(f"/proc/{ranks['0']}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    assert Path(f"/proc/{zygote}/cmdline").read_bytes() == Path(f"/proc/{launcher.pid}/cmdline").read_bytes()
     launcher.send_signal(signal.SIGTERM)
     out, _ = launcher.communicate(timeout=120)
     assert launcher.returncode == EXIT_STOPPED, out
+    assert gone(zygote) and all(gone(pid) for pid in ranks.values())
     assert "the last completed epoch is checkpointed" in out
     saved = assert_stopped_with_a_checkpoint(cfg, reported)
 

@@ -2,9 +2,11 @@
 session and exit code), and none outlives the launcher's side or the zygote."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,3 +122,65 @@ def test_what_an_import_prints_goes_to_the_log_not_into_the_protocol(tmp_path):
     finally:
         z.close()
     assert (tmp_path / "zygote.log").read_text() == "ready\npid 1\n"
+
+
+LAUNCHER = '''
+import json, os, sys, threading, time
+from grappa.runtime.zygote import Zygote
+how = sys.argv[1]
+if how == "thread":
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+if how == "torch":
+    import torch
+z = Zygote.forked_here(["json"])
+if z is None:
+    print(json.dumps(None), flush=True)
+    sys.exit(0)
+z.log_to(sys.argv[2] + "/zygote.log")
+rank = z.start(["-m", "ranky", "sleep" if how == "killed" else "exit", "0"], {**os.environ, "RANK": "1"},
+               sys.argv[2] + "/r.log")
+print(json.dumps({"zygote": z.proc.pid, "rank": rank.pid}), flush=True)
+if how == "killed":
+    time.sleep(600)
+print(json.dumps({"code": rank.wait(60)}), flush=True)
+z.close()
+print(json.dumps({"zygote_code": z.proc.returncode}), flush=True)
+'''
+
+
+def run_launcher(tmp_path: Path, how: str) -> subprocess.Popen:
+    (tmp_path / "ranky.py").write_text(RANK)
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    env = {**ENV, "PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
+    return subprocess.Popen([sys.executable, str(tmp_path / "launcher.py"), how, str(tmp_path)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_a_zygote_forked_from_the_launcher_runs_ranks_as_a_fresh_one_does(tmp_path):
+    launcher = run_launcher(tmp_path, "clean")
+    first = json.loads(launcher.stdout.readline())
+    # a fork of the launcher (its command line), not a fresh interpreter, in its own session
+    zygote_cmdline = cmdline(first["zygote"])
+    assert zygote_cmdline == cmdline(launcher.pid) and os.getsid(first["zygote"]) == first["zygote"]
+    rest = [json.loads(line) for line in launcher.stdout]
+    assert launcher.wait(60) == 0 and rest == [{"code": 0}, {"zygote_code": 0}]
+    assert (tmp_path / "r.log").read_text() == "argv ['exit', '0'] rank 1 own session True preloaded True\n"
+    assert (tmp_path / "zygote.log").exists()  # log_to: its messages go there from then on
+
+
+@pytest.mark.parametrize("how", ["thread", "torch"])
+def test_a_launcher_with_threads_or_torch_running_forks_no_zygote(tmp_path, how):
+    launcher = run_launcher(tmp_path, how)
+    assert launcher.stdout.read().strip() == "null" and launcher.wait(60) == 0
+
+
+def test_the_forked_zygote_and_its_ranks_die_with_a_killed_launcher(tmp_path):
+    launcher = run_launcher(tmp_path, "killed")
+    pids = json.loads(launcher.stdout.readline())
+    launcher.kill()
+    launcher.wait(60)
+    assert wait_gone(pids["zygote"]) and wait_gone(pids["rank"])

@@ -198,22 +198,30 @@ def print_finished(report: dict, cfg: TrainConfig, command: str) -> None:
 
 def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
     from grappa.data.store.preparation import prepare_store
-    from grappa.runtime.local_job import LaunchError, LocalJob
-    print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
-    check_model_imports(cfg)
-    manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
-    check_model(cfg, manifest)
-    method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
-              if cfg.strategy == "grappa" else f"strategy {cfg.strategy}, fixed partitions")
-    print(f"grappa: training {cfg.model.name if cfg.model.user_model else cfg.model.arch.upper()} "
-          f"x{cfg.model.layers} on {cfg.dataset.name} "
-          f"with P={cfg.partitions} workers ({cfg.training.mode}, {method}); logs in {cfg.run_dir}/logs",
-          file=sys.stderr)
+    from grappa.runtime.local_job import LaunchError, LocalJob, rank_modules
+    from grappa.runtime.zygote import Zygote
+    # Before the user's code is imported or a graph is prepared (torch's threads start there):
+    # the ranks' zygote as a fork of this process, which then has torch for the prepare too.
+    zygote = Zygote.forked_here(rank_modules(cfg))
     try:
-        report = LocalJob(cfg).run()
-    except LaunchError as err:
-        report_error(err)
-        return err.code
+        print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
+        check_model_imports(cfg)
+        manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
+        check_model(cfg, manifest)
+        method = (f"correction={cfg.grappa.correction}, rounds every {cfg.grappa.rounds.every} epochs"
+                  if cfg.strategy == "grappa" else f"strategy {cfg.strategy}, fixed partitions")
+        print(f"grappa: training {cfg.model.name if cfg.model.user_model else cfg.model.arch.upper()} "
+              f"x{cfg.model.layers} on {cfg.dataset.name} "
+              f"with P={cfg.partitions} workers ({cfg.training.mode}, {method}); logs in {cfg.run_dir}/logs",
+              file=sys.stderr)
+        try:
+            report = LocalJob(cfg, zygote=zygote).run()
+        except LaunchError as err:
+            report_error(err)
+            return err.code
+    finally:
+        if zygote is not None:
+            zygote.close()  # unused when the job never started (LocalJob closed it otherwise)
     print_result(report["result"], report, cfg.run_dir)
     return 0
 

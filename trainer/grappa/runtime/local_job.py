@@ -106,8 +106,10 @@ class LocalJob:
     each: it maps a rank to a command prefix, and gives the aggregator's address and extra env."""
 
     def __init__(self, cfg: TrainConfig, progress: bool = True, threads: Optional[int] = None,
-                 placement: Optional["Placement"] = None):
+                 placement: Optional["Placement"] = None, zygote: Optional[Zygote] = None):
+        """`zygote`: one forked already (`Zygote.forked_here`), used instead of a fresh one."""
         self.cfg = cfg
+        self.early_zygote = zygote
         self.placement = placement
         self.progress = progress
         self.world = cfg.partitions + 1
@@ -132,7 +134,10 @@ class LocalJob:
                                                 "GRAPPA_BIND_ADDRESS": "127.0.0.1"})}
         base_env.pop("GRAPPA_JOB_NAME", None)  # local runs take rounds from the config
         self.spawned_at = time.monotonic()
-        if place is None and forking_enabled():
+        if place is None and self.early_zygote is not None:
+            self.zygote, self.early_zygote = self.early_zygote, None
+            self.zygote.log_to(self.log_dir / "zygote.log")
+        elif place is None and forking_enabled():
             try:
                 self.zygote = Zygote(base_env, rank_modules(self.cfg), self.log_dir / "zygote.log")
             except RuntimeError as err:

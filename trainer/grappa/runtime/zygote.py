@@ -8,8 +8,13 @@ exit code. The zygote does nothing but import, so no thread, lock or OpenMP pool
 computation is copied into a rank. Ranks that run elsewhere (a network namespace's prefix) and
 `GRAPPA_FORK_RANKS=0` start fresh interpreters instead.
 
+`grappa train` saves one more interpreter: its launcher imports what the ranks need and forks the
+zygote itself (`Zygote.forked_here`) before it computes anything, when it is clean to fork (a
+test runner or a notebook, with threads of its own, starts a fresh zygote instead).
+
 Protocol (the launcher's pipes): the zygote says `ready`; each request is one JSON line
-`{"argv": ["-m", MODULE, ARGS...], "env": {...}, "log": PATH}`, answered `pid N`; when a rank
+`{"argv": ["-m", MODULE, ARGS...], "env": {...}, "log": PATH}`, answered `pid N`, or
+`{"stderr": PATH}` (unanswered: its own messages go there from now on); when a rank
 ends, `exit N CODE` (CODE as subprocess gives it: -S for signal S). When the launcher goes (its
 pipe closes) the zygote sends SIGTERM to the ranks still running and exits; each rank also gets
 SIGTERM when the zygote dies, and the zygote when the launcher dies, even by SIGKILL.
@@ -26,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -107,21 +113,40 @@ class Forked:
 class Zygote:
     """The launcher's handle: `start(argv, env, log)` forks a rank and returns its Forked."""
 
-    def __init__(self, env: dict[str, str], preload: list[str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], preload: list[str], log: Optional[Path],
+                 proc: Optional[object] = None) -> None:
         self.codes: dict[int, int] = {}
         self.changed = threading.Condition()
         self._started: list[int] = []
         self._pids: queue.Queue[Optional[int]] = queue.Queue()
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "grappa.runtime.zygote", *preload], env=env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
-                preexec_fn=die_with(os.getpid()))
+        if proc is None:
+            with open(log, "ab") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "grappa.runtime.zygote", *preload], env=env, stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
+                    preexec_fn=die_with(os.getpid()))
+        self.proc = proc
         if self.proc.stdout.readline() != "ready\n":
             self.proc.wait()
             raise RuntimeError(f"the zygote that forks the ranks exited with code {self.proc.returncode} "
-                               f"before it was ready; its log: {log}")
+                               "before it was ready" + (f"; its log: {log}" if log else ""))
         threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
+
+    @classmethod
+    def forked_here(cls, preload: list[str]) -> Optional["Zygote"]:
+        """A zygote forked from this process once it has imported `preload` itself, so that a
+        launcher which needs torch anyway (to prepare a graph) does not pay for it twice. None when
+        forking is off or this process is not clean to fork (a test runner's, a notebook's, one
+        that has run torch already)."""
+        if not (forking_enabled() and clean_to_fork()):
+            return None
+        _preload(preload, quiet=True)  # what fails to import fails again in the rank that needs it
+        return cls({}, [], None, proc=_ForkedZygote())
+
+    def log_to(self, path: Path) -> None:
+        """Where the zygote's own messages go (a forked one starts with /dev/null)."""
+        self.proc.stdin.write(json.dumps({"stderr": str(path)}) + "\n")
+        self.proc.stdin.flush()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -165,6 +190,88 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def clean_to_fork() -> bool:
+    """No other Python thread runs here (a fork copies only the calling thread: a lock another
+    one holds, the import lock or a logging handler's, would stay locked in every rank), and
+    torch is not loaded yet (its OpenMP pool, once used, does not survive a fork). The pools
+    that handle a fork themselves may run: OpenBLAS's, which numpy starts when it loads."""
+    return threading.active_count() == 1 and "torch" not in sys.modules
+
+
+class _ForkedZygote:
+    """The zygote as a fork of the launcher, used as the Popen of `python -m grappa.runtime.zygote`
+    is (stdin, stdout, wait, kill, returncode). The child is made what that interpreter would be:
+    its own session, tied to the launcher, the launcher's signal handlers and logging undone."""
+
+    def __init__(self) -> None:
+        requests_r, requests_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        tie = die_with(os.getpid())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setsid()
+                tie()
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(requests_r, 0)
+                os.dup2(replies_w, 1)
+                os.dup2(null, 2)  # until log_to() names the zygote's log
+                for fd in {requests_r, requests_w, replies_r, replies_w, null} - {0, 1, 2}:
+                    os.close(fd)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                import logging
+                root = logging.getLogger()
+                for handler in root.handlers[:]:  # each rank configures its own (roles._setup)
+                    root.removeHandler(handler)
+                root.setLevel(logging.WARNING)
+                serve([])
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(requests_r)
+        os.close(replies_w)
+        self.pid = pid
+        self.returncode: Optional[int] = None
+        self.stdin = os.fdopen(requests_w, "w")
+        self.stdout = os.fdopen(replies_r, "r")
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout)
+            else:
+                time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _preload(names: list[str], quiet: bool = False) -> None:
+    # PyG touches torch.jit.script at import time (as grappa/__main__.py says)
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated", category=FutureWarning)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - the rank that needs it will fail with its own error
+            if not quiet:
+                print(f"zygote: could not preload {name}: {err}", file=sys.stderr, flush=True)
 
 
 # ---- the zygote's side ------------------------------------------------------------------------
@@ -218,13 +325,7 @@ def serve(preload: list[str]) -> None:
     # sitecustomize) goes to the zygote's log with stderr.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    # PyG touches torch.jit.script at import time (as grappa/__main__.py says)
-    warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated", category=FutureWarning)
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - the rank that needs it will fail with its own error
-            print(f"zygote: could not preload {name}: {err}", file=sys.stderr, flush=True)
+    _preload(preload)
     tie = die_with(os.getpid())
     out.write("ready\n")
     out.flush()
@@ -243,11 +344,18 @@ def serve(preload: list[str]) -> None:
                 pending += data
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
+                    request = json.loads(line)
                     for stream in (out, sys.stdout, sys.stderr):  # nothing buffered is written twice
                         stream.flush()
+                    if "stderr" in request:
+                        fd = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                        os.dup2(fd, 2)
+                        os.dup2(fd, 1)  # where serve() sent stdout
+                        os.close(fd)
+                        continue
                     pid = os.fork()
                     if pid == 0:
-                        _run_rank(json.loads(line), tie, out.fileno())
+                        _run_rank(request, tie, out.fileno())
                     running.add(pid)
                     out.write(f"pid {pid}\n")
                     out.flush()
