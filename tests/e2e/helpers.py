@@ -2,8 +2,10 @@
 test_prometheus): helm/kubectl wrappers, the operator release, GrappaJob manifests and bounded
 waits whose failure message dumps the job's status, Events, pods and logs.
 
-Everything here talks to the cluster through kubectl/helm only, so the same code runs against the
-offline kind bed of `make test` and against any cluster named by $KUBECONFIG
+Everything here talks to the cluster through kubectl/helm and, for what polls (jobs, pods,
+Events), the API with the kubeconfig's own credentials (Cluster.api_get: a kubectl run costs tens
+of ms of CPU), so the same code runs against the offline kind bed of `make test` and against any
+cluster named by $KUBECONFIG
 (GRAPPA_E2E_USE_KUBECONFIG=1, e.g. hack/kind-e2e.sh). Images: GRAPPA_E2E_OPERATOR_IMAGE and
 GRAPPA_E2E_TRAINER_IMAGE (repository:tag) and, for images loaded into kind,
 GRAPPA_E2E_PULL_POLICY=Never (the bed sets all three).
@@ -146,7 +148,7 @@ def helm_uninstall(cluster: Cluster, rel: Release, delete_namespace: bool = True
 
 
 def operator_pods(cluster: Cluster, rel: Release) -> list[dict[str, Any]]:
-    return cluster.kubectl_json("get", "pods", "-n", rel.namespace, "-l", rel.selector)["items"]
+    return cluster.api_items(f"/api/v1/namespaces/{rel.namespace}/pods", labels=rel.selector)
 
 
 def running_operator_pod(cluster: Cluster, rel: Release) -> dict[str, Any] | None:
@@ -299,10 +301,7 @@ def events(cluster: Cluster, ns: str, kind: str | None = None, name: str | None 
         sel.append(f"involvedObject.kind={kind}")
     if name:
         sel.append(f"involvedObject.name={name}")
-    args = ["get", "events", "-n", ns]
-    if sel:
-        args += ["--field-selector", ",".join(sel)]
-    items = cluster.kubectl_json(*args)["items"]
+    items = cluster.api_items(f"/api/v1/namespaces/{ns}/events", fields=",".join(sel) or None)
     return sorted(items, key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "",
                                         e["metadata"].get("creationTimestamp", "")))
 
@@ -703,9 +702,8 @@ class Prometheus:
             t = self._target(p, port) if port else None
             if t:
                 groups["operator"].append(t)
-        trainers = self.cluster.kubectl_json(
-            "get", "pods", "-A", "-l",
-            "app.kubernetes.io/managed-by=grappa-operator,grappa.dev/role in (aggregator,worker)")["items"]
+        trainers = self.cluster.api_items(
+            "/api/v1/pods", labels="app.kubernetes.io/managed-by=grappa-operator,grappa.dev/role in (aggregator,worker)")
         for p in trainers:
             port = self._metrics_port(p)
             t = self._target(p, port, pod_labels=True) if port else None

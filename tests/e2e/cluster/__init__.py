@@ -82,6 +82,17 @@ class Cluster:
         except (AssertionError, urllib3.exceptions.HTTPError, OSError):
             return None
 
+    def api_items(self, path: str, labels: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
+        """The items of a list path (`/api/v1/namespaces/NS/pods`), as `kubectl get -l LABELS
+        --field-selector FIELDS -o json` gives them; raises as api_get does."""
+        from urllib.parse import urlencode  # noqa: PLC0415
+
+        query = urlencode({k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v})
+        found = self.api_get(f"{path}?{query}" if query else path)
+        if found is None:
+            raise AssertionError(f"GET {path}: not found")
+        return found.get("items", [])
+
     def _api_pool(self) -> tuple[str, Any, dict[str, str]]:
         if self._api is None:
             import urllib3  # noqa: PLC0415 (e2e-only dependencies)
@@ -111,9 +122,8 @@ class Cluster:
     def create_namespace(self, name: str, timeout: float = 60) -> str:
         """A namespace whose `default` ServiceAccount exists (pods are rejected before that)."""
         self.kubectl("create", "namespace", name)
-        self.wait_for(lambda: self.kubectl("get", "serviceaccount", "default", "-n", name,
-                                           check=False).returncode == 0, timeout,
-                      f"default ServiceAccount in {name}")
+        self.wait_for(lambda: self.api_get_or_none(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+                      timeout, f"default ServiceAccount in {name}")
         return name
 
     def wait_for(self, predicate: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
