@@ -64,16 +64,18 @@ DATASET_CONFIGS = {
 }
 
 
-def config(dataset: str, method: str, partitions: int, layers: int, args, work: Path) -> dict:
-    """The job's config (also what the single process reads its settings from)."""
+def config(dataset: str, method: str, partitions: int, layers: int, args, work: Path, seed: int = 0) -> dict:
+    """The job's config (also what the single process reads its settings from). `seed` is the
+    training seed (initialisation, negatives); the split's seed stays 0, so every seed is judged
+    on the same test edges."""
     strategy = "full" if method == "full" else "grappa"
     doc = {"strategy": strategy, "partitions": partitions, "task": "link-prediction",
            "dataset": DATASET_CONFIGS[dataset],
            "model": {"arch": args.arch, "layers": layers, "hidden": args.hidden, "dropout": args.dropout},
-           "training": {"epochs": args.epochs, "lr": args.lr, "seed": 0, "evalEvery": args.eval_every},
+           "training": {"epochs": args.epochs, "lr": args.lr, "seed": seed, "evalEvery": args.eval_every},
            "link": {"splitSeed": 0},
            "checkpoint": {"interval": 0},
-           "runDir": str(work / f"run-{dataset}-{layers}-{method}-{partitions}"),
+           "runDir": str(work / f"run-{dataset}-{layers}-{method}-{partitions}" + (f"-s{seed}" if seed else "")),
            # one store per dataset and P: the split is seeded (link.splitSeed), the same for every P
            "storeDir": str(work / f"store-{dataset}-{partitions}")}
     if method in VARIANTS:
@@ -224,6 +226,7 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=1)
+    ap.add_argument("--seeds", default="0", help="training seeds, e.g. 0,1,2: each cell once per seed")
     ap.add_argument("--arch", choices=["gcn", "sage"], default="gcn")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--dropout", type=float, default=0.0)
@@ -271,13 +274,15 @@ def main() -> None:
             for layers in [int(x) for x in args.layers.split(",")]:
                 for method in args.methods.split(","):
                     for p in [1] if method == "single" else [int(x) for x in args.partitions.split(",")]:
-                        doc = config(ds, method, p, layers, args, work)
-                        record = {"dataset": ds, "layers": layers, "method": method, "partitions": p,
-                                  "epochs": args.epochs, "eval_every": args.eval_every, "arch": args.arch,
-                                  "hidden": args.hidden, "dropout": args.dropout, "lr": args.lr,
-                                  "config": doc}
-                        fn = (lambda d=doc: run_single(d)) if method == "single" else (lambda d=doc: run_job(d, args.timeout))
-                        measure(cell_key(ds, layers, method, p), record, fn)
+                        for seed in [int(x) for x in args.seeds.split(",")]:
+                            doc = config(ds, method, p, layers, args, work, seed)
+                            record = {"dataset": ds, "layers": layers, "method": method, "partitions": p,
+                                      "seed": seed, "epochs": args.epochs, "eval_every": args.eval_every,
+                                      "arch": args.arch, "hidden": args.hidden, "dropout": args.dropout,
+                                      "lr": args.lr, "config": doc}
+                            fn = ((lambda d=doc: run_single(d)) if method == "single"
+                                  else (lambda d=doc: run_job(d, args.timeout)))
+                            measure(cell_key(ds, layers, method, p, seed), record, fn)
     if not args.render_only and not args.no_rmat:
         doc = rmat_config(args, work)
         record = {"dataset": f"rmat-{args.rmat_scale}", "method": "grappa", "partitions": 8, "config": doc}

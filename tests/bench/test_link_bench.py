@@ -70,3 +70,22 @@ def test_an_empty_json_renders_a_page_that_measures_nothing(tmp_path):
     assert not (tmp_path / "link.png").exists()
     digits = [line for line in page.splitlines() if line.startswith("| 2 |") or line.startswith("| 3 |")]
     assert digits and all("not measured" in line for line in digits)
+
+
+def test_seeds_are_averaged_and_their_spread_is_shown(tmp_path):
+    """Three training seeds of single and Grappa at P = 4: the gap is between the means (here
+    -0.0110, a miss) and the per-seed gaps' spread is printed beside it."""
+    render = load("render_link")
+    k = render.cell_key
+    runs = {}
+    for seed, single, grappa in ((0, 0.500, 0.490), (1, 0.510, 0.505), (2, 0.490, 0.472)):
+        runs[k("cora", 2, "single", 1, seed)] = {**cell(single, nbytes=0, method="single", p=1), "best_epoch": 30 + seed}
+        runs[k("cora", 2, "grappa", 4, seed)] = cell(grappa)
+    assert k("cora", 2, "grappa", 4, 0) == "cora|2|grappa|4" and k("cora", 2, "grappa", 4, 2) == "cora|2|grappa|4|s2"
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert "- P = 4: **missed** in 1 of 1 measured settings." in lines
+    assert ("  - Miss: cora, 2 layers, Grappa - single = -0.0110 (mean of 3 seeds; per seed from -0.0180 "
+            "to -0.0050, standard deviation 0.0066).") in lines
+    assert "| 2 | single-process PyG | 1 | 0.5000 ± 0.0100 (3 seeds) | - | 0.2500 | 0.9000 | 30/31/32 | 0.500 | 0 |" in lines
+    row = next(line for line in lines if line.startswith("| 2 | Grappa (correction + rounds) | 4 |"))
+    assert row.startswith("| 2 | Grappa (correction + rounds) | 4 | 0.4890 ± 0.0165 (3 seeds) | -0.0110 |")
