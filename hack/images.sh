@@ -10,8 +10,7 @@
 #
 # Environment (the Makefile passes them): REGISTRY, VERSION (SemVer when pushing: it becomes the
 # chart's version), IMAGE_CONTEXT (build context, default the repository), DOCKER_BUILD_FLAGS
-# (extra `docker build` flags), IMAGE_DEPS_TAGS (0: do not tag the dependency stages, below),
-# DOCKER, HELM (commands), DIST (chart output folder, default dist).
+# (extra `docker build` flags), DOCKER, HELM (commands), DIST (chart output folder, default dist).
 # Nothing is pushed unless both images built, and the chart is written only once both are pushed.
 set -euo pipefail
 
@@ -47,12 +46,8 @@ for target in operator trainer; do
     start=$SECONDS
     log "$image from the Dockerfile (--target $target) ..."
     # The dependency stage is tagged too, so the classic builder keeps it cached when older
-    # images are pruned: a source change then rebuilds only the last layer. That is one more
-    # build, which sends the whole context again (GBs with a wheelhouse): IMAGE_DEPS_TAGS=0 skips
-    # it where the pruning spares the stage (the kind bed prunes only its own labelled images).
-    stages=("$target")
-    [[ ${IMAGE_DEPS_TAGS:-1} == 0 ]] || stages=("deps-$target" "$target")
-    for stage in "${stages[@]}"; do
+    # images are pruned: a source change then rebuilds only the last layer.
+    for stage in "deps-$target" "$target"; do
         "$DOCKER" build "${BUILD_FLAGS[@]}" --target "$stage" -t "${prefix}grappa-$stage:$VERSION" \
             "$CONTEXT"
     done

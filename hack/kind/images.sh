@@ -58,7 +58,7 @@ grappa_images() {
     # The build a user runs (`make images`, hack/images.sh) without REGISTRY, so nothing is pushed;
     # offline: no network, pip reads the wheelhouse linked into the context.
     log "grappa-operator:bed, grappa-trainer:bed: make images (wheels from $wheels) ..."
-    IMAGE_DEPS_TAGS=0 make -s -C "$REPO" images REGISTRY= VERSION=bed IMAGE_CONTEXT="$ctx" \
+    make -s -C "$REPO" images REGISTRY= VERSION=bed IMAGE_CONTEXT="$ctx" \
         DOCKER_BUILD_FLAGS="--network none --build-arg WHEELS=local --label grappa.bed.key=$key" \
         >>"$BED/logs/build-images.log" \
         || { tail -30 "$BED/logs/build-images.log" >&2; die "make images failed (log: $BED/logs/build-images.log)"; }
@@ -66,9 +66,7 @@ grappa_images() {
         log "grappa-$target:bed: $(docker image inspect -f '{{.Size}}' "grappa-$target:bed" | numfmt --to=iec)"
     done
     rm -rf "$ctx"
-    # The previous images, now untagged (labelled as the build labels them): not the dependency
-    # stages' last layers, untagged and unlabelled, which the next source change reuses.
-    docker image prune -f --filter label=grappa.bed.key >/dev/null
+    docker image prune -f >/dev/null  # the previous images, now untagged
 }
 
 case ${1:-all} in

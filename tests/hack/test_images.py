@@ -37,8 +37,8 @@ def fake_docker(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def make_images(docker: Path, calls: Path, tmp_path: Path, *args: str, fail_on: str = "-",
-                helm: str | None = HELM, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CALLS": str(calls), "FAIL_ON": fail_on, **(env or {})}
+                helm: str | None = HELM) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CALLS": str(calls), "FAIL_ON": fail_on}
     return subprocess.run(["make", "-s", "-C", str(REPO), "images", f"DOCKER={docker}", f"DIST={tmp_path / 'dist'}",
                            f"HELM={helm or '/nonexistent/helm'}", *args],
                           capture_output=True, text=True, env=env, timeout=120)
@@ -74,15 +74,6 @@ def test_bed_build_builds_both_targets_and_pushes_nothing(fake_docker, tmp_path)
     assert not (tmp_path / "dist").exists()
 
 
-def test_without_dependency_tags_each_image_is_one_build(fake_docker, tmp_path):
-    """IMAGE_DEPS_TAGS=0 (the bed's): each build sends the whole context (GBs of wheels), so the
-    dependency stages are not built on their own to be tagged."""
-    docker, calls = fake_docker
-    out = make_images(docker, calls, tmp_path, "VERSION=bed", env={"IMAGE_DEPS_TAGS": "0"})
-    assert out.returncode == 0, out.stderr
-    assert [c.split(" -t ")[1].split()[0] for c in lines(calls)] == ["grappa-operator:bed", "grappa-trainer:bed"]
-
-
 def test_the_tag_defaults_to_the_charts_app_version(fake_docker, tmp_path):
     docker, calls = fake_docker
     out = make_images(docker, calls, tmp_path)
@@ -93,8 +84,6 @@ def test_the_tag_defaults_to_the_charts_app_version(fake_docker, tmp_path):
 def test_bed_uses_the_make_target():
     bed = (REPO / "hack" / "kind" / "images.sh").read_text()
     assert "make -s -C \"$REPO\" images REGISTRY= VERSION=bed" in bed and "docker build" not in bed
-    # its dependency stages stay cached untagged: it prunes only the images it labelled
-    assert "IMAGE_DEPS_TAGS=0 make" in bed and "prune -f --filter label=grappa.bed.key" in bed
 
 
 @pytest.mark.skipif(HELM is None, reason="no helm binary: `make controlplane` builds one")
