@@ -273,7 +273,12 @@ def test_operator_leader_killed_mid_job(cluster: Cluster, release: h.Release, na
         assert "leading (lease" in holder_log, holder_log[-3000:]
     finally:
         _scale_operator(cluster, release, 1)
-        h.wait_operator(cluster, release)
+        # The scale-down may end the leader: its lease then outlives it by up to LEASE_DURATION,
+        # and no one reconciles until the replica left takes it. The next test's jobs need a leader.
+        survivor = h.wait_operator(cluster, release)["metadata"]["name"]
+        cluster.wait_for(lambda: _lease_holder(cluster, release) == survivor and "leading (lease" in
+                         cluster.container_log(release.namespace, survivor, "operator"),
+                         h.scaled(120), f"operator pod {survivor} leading after the scale-down")
     diag = h.diagnostics(cluster, namespace, name, release)
     st = run.job["status"]
     assert st.get("restarts", 0) == 0, diag
