@@ -173,6 +173,13 @@ class CustomModel(nn.Module):
         row's output depends on its neighbourhood only (module docstring)."""
         return self.native and self.net.rows_independent
 
+    @property
+    def messages_per_edge(self) -> bool:
+        """Whether a forward may hold a row per edge in the input width: assumed of a user's
+        model on an edge_index (PyG's MessagePassing gathers x_j before it aggregates); not on
+        the sparse adjacency, where PyG's layers fuse gather and sum."""
+        return self.net.messages_per_edge if self.native else not self.sparse
+
     def prepare_input(self, x: Tensor) -> Tensor:
         return self.net.prepare_input(x) if self.native else x
 

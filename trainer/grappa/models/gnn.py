@@ -53,6 +53,12 @@ class GNN(nn.Module):
         return self.arch != "gin"
 
     @property
+    def messages_per_edge(self) -> bool:
+        """Whether a forward holds a row per edge in the input width: no, every built-in layer
+        projects (or, GIN, sums through a sparse product) before any per-edge work."""
+        return False
+
+    @property
     def needs_gcn_weights(self) -> bool:
         return self.arch == "gcn"
 

@@ -24,6 +24,13 @@ from grappa.data.store.chunk_store import ChunkStore
 from grappa.models import GNN
 
 DEFAULT_BLOCK_EDGES = 1 << 19  # ~ a few tens of MB per block at width 128
+REFERENCE_WIDTH = 128  # the input width `block_edges` is given for
+
+
+def edges_at(block_edges: int, width: int) -> int:
+    """A block's edges at input `width`: `block_edges` scaled by 128 / width when wider (Physics'
+    8,415 features: 7,974 of the default 524,288), so its rows x width stay the same bytes."""
+    return max(1, block_edges * REFERENCE_WIDTH // max(width, REFERENCE_WIDTH))
 
 
 class RowSource(Protocol):
@@ -154,7 +161,7 @@ def compute_chunk(model: GNN, layer: int, g: StoreGraph, source: RowSource, k: i
         from grappa.data.sampling.store_sampler import StoreSampler
         sampler = StoreSampler(g.store, [-1] * model.num_layers)
         nodes, indptr = g.array(k, "nodes.npy"), g.array(k, "indptr.npy")
-        for a, b in row_blocks(indptr, khop_rows(g, model.num_layers, block_edges)):
+        for a, b in row_blocks(indptr, khop_rows(g, model.num_layers, edges_at(block_edges, g.width))):
             h, blocks = khop_inputs(g, sampler, np.asarray(nodes[a:b]))
             sink(a, b, model(h, blocks))
             del h, blocks
@@ -162,7 +169,7 @@ def compute_chunk(model: GNN, layer: int, g: StoreGraph, source: RowSource, k: i
         return
     width = g.width if layer == 0 else model.widths[layer - 1]
     indptr = g.array(k, "indptr.npy")
-    for a, b in row_blocks(indptr, block_edges):
+    for a, b in row_blocks(indptr, edges_at(block_edges, width)):
         h, block = block_inputs(g, source, width, k, a, b)
         if layer == 0:
             h = model.prepare_input(h)

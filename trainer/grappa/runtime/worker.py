@@ -19,6 +19,7 @@ from torch import Tensor
 
 from grappa.config import TrainConfig
 from grappa.data.idhash import hash64, hash_key
+from grappa.data.sampling.bounded import bounded_samples, input_bytes
 from grappa.data.sampling.store_sampler import StoreSampler
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.chunk_store import ChunkStore
@@ -135,19 +136,22 @@ class Worker:
     @torch.no_grad()
     def evaluate_sampled(self) -> None:
         """Score this worker's evaluation nodes on neighbourhoods sampled from the whole store;
-        its own generator per epoch, so training's random streams are untouched."""
+        its own generator per epoch, so training's random streams are untouched. Batches are
+        split until their input fits a memory budget (data/sampling/bounded.py)."""
         self.model.eval()
         ids, y, split = self.eval_nodes
         seed = epoch_seed(self.cfg.training.seed, self.link.rank, self._epoch) + 1
         gen = torch.Generator().manual_seed(seed)
         stats = torch.zeros(proto.EVAL_STATS_LEN, dtype=torch.float64)
         codes = (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST)
-        for lo in range(0, ids.numel(), self.cfg.training.batch_size):
-            batch = slice(lo, lo + self.cfg.training.batch_size)
-            sub = self.eval_sampler.sample(ids[batch], gen)
+        width = int(self.store.manifest["num_features"])
+        per_edge = getattr(self.model, "messages_per_edge", True)
+        for part, sub in bounded_samples(ids, self.cfg.training.batch_size,
+                                         lambda s: self.eval_sampler.sample(s, gen),
+                                         lambda sub: input_bytes(sub, width, per_edge)):
             x, deg = self.store.load_node_rows(sub.n_id)
             logits = self.model(x, sub.blocks(deg))
-            stats += split_stats(logits, y[batch], tuple(split[batch] == c for c in codes))
+            stats += split_stats(logits, y[part], tuple(split[part] == c for c in codes))
         self.link.send(stats, 0, "eval")
 
     def epoch_command(self, epoch: int, steps: int, wbar: float, do_eval: bool) -> None:
