@@ -53,6 +53,7 @@ from torch import Tensor, nn
 
 from grappa.config import CustomModelConfig, ModelConfig
 from grappa.data.blocks import Block
+from grappa.models.dropout import swap_dropout
 from grappa.models.gnn import GNN
 from grappa.models.user_code import ModelCodeError, code_identity, failure, load_factory, module_roots
 
@@ -134,6 +135,8 @@ class CustomModel(nn.Module):
         if not isinstance(net, nn.Module):
             raise ModelCodeError(f"model.custom.factory {spec.factory} returned a {type(net).__name__}, "
                                  "not a torch.nn.Module: return the model")
+        if spec.fast_dropout and not isinstance(net, GNN):
+            swap_dropout(net)
         self.net = net
         self.factory = spec.factory
         self.sparse = spec.adjacency == "sparse"

@@ -11,7 +11,7 @@ at about a fifth of the cost. The same torch generator is used, so runs stay see
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 _LEVELS = 1 << 16
 
@@ -27,3 +27,29 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     drop = round(p * _LEVELS)
     keep = slices >= drop - (1 << 15)  # P(keep) = 1 - drop / 2^16
     return x * keep.to(x.dtype).mul_(_LEVELS / (_LEVELS - drop))
+
+
+class Dropout(nn.Module):
+    """`torch.nn.Dropout`'s drop-in (model.custom.fastDropout swaps them in a user's model)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def swap_dropout(net: nn.Module) -> int:
+    """Replace every `torch.nn.Dropout` (not its subclasses: they may do more) in `net` by
+    `Dropout` of the same p, in place; returns how many."""
+    swapped = 0
+    for parent in net.modules():
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Dropout and not child.inplace:
+                setattr(parent, name, Dropout(child.p))
+                swapped += 1
+    return swapped
