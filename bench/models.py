@@ -44,11 +44,18 @@ from grappa.config import DEFAULT_FANOUTS  # noqa: E402  (torch-free)
 GIB, MIB = 2 ** 30, 2 ** 20
 TARGET = 1.5  # PyG GraphSAGE's epoch time and worker memory at most this times the built-in SAGE's
 PAIR = ("builtin-sage", "pyg-sage")
-PROFILED = PAIR + ("pyg-sage-sparse",)
+# PyG's GraphSAGE as it comes, and what closes its gap: Grappa's dropout mask, then a user's model
+# of the same SAGEConv layers that computes only the rows the next layer reads (user_models/).
+VARIANTS = ("pyg-sage-sparse", "pyg-sage-fast", "user-sage-trimmed")
+PROFILED = PAIR + VARIANTS
+TRIMMED = ROOT / "bench" / "user_models" / "trimmed_sage.py"
 MODELS = {
     "builtin-sage": {"arch": "sage"},
     "pyg-sage": {"custom": {"factory": "torch_geometric.nn.models:GraphSAGE"}},
     "pyg-sage-sparse": {"custom": {"factory": "torch_geometric.nn.models:GraphSAGE", "adjacency": "sparse"}},
+    "pyg-sage-fast": {"custom": {"factory": "torch_geometric.nn.models:GraphSAGE", "fastDropout": True}},
+    "user-sage-trimmed": {"custom": {"factory": "trimmed_sage:TrimmedSAGE", "codePath": str(TRIMMED),
+                                     "fastDropout": True}},
     "builtin-gcn": {"arch": "gcn"},
     "pyg-gcn": {"custom": {"factory": "torch_geometric.nn.models:GCN"}},
     "builtin-gat": {"arch": "gat", "heads": 4},
@@ -123,7 +130,11 @@ def profile_one(cfg: dict, steps: int) -> dict:
     epoch = shard.start_epoch(0)
     batches = [epoch[i % len(epoch)] for i in range(steps + 1)]  # a small graph's batches again
     times = {"sample_and_features": 0.0, "forward": 0.0, "backward": 0.0}
+    rows = {"given": 0, "read_next": 0, "all": 0}
     shard.contribute(batches[0], 1.0)  # warm-up: caches, allocator
+    blocks, x = shard.prepare(batches[0])
+    dense = x.to_dense() if x.is_sparse or x.layout != torch.strided else x
+    density = float((dense != 0).float().mean())
     with open("/proc/self/clear_refs", "w") as f:  # reset the peak-RSS counter (VmHWM)
         f.write("5")
     before = _vm("VmRSS:")
@@ -144,11 +155,16 @@ def profile_one(cfg: dict, steps: int) -> dict:
             times["sample_and_features"] += t1 - t0
             times["forward"] += t2 - t1
             times["backward"] += t3 - t2
+            # a layer is given its block's source rows; the next layer reads its target rows
+            rows["given"] += sum(b.num_src for b in blocks)
+            rows["read_next"] += sum(b.num_dst for b in blocks)
+            rows["all"] += len(blocks) * blocks[0].num_src  # no trimming (a CSR adjacency)
     n = max(1, len(batches) - 1)
-    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:25]
     total = sum(e.self_cpu_time_total for e in prof.key_averages()) or 1
     return {"steps": n, "seconds_per_step": {k: v / n for k, v in times.items()},
             "step_peak_bytes": _vm("VmHWM:") - before, "rss_before_bytes": before,
+            "rows_per_step": {k: v / n for k, v in rows.items()}, "input_density": density,
             "top_ops": [{"op": e.key, "share": e.self_cpu_time_total / total,
                          "seconds_per_step": e.self_cpu_time_total / 1e6 / n} for e in ops]}
 
@@ -204,14 +220,21 @@ def origin(model: str) -> str:
     if "custom" not in m:
         return f"built-in `{m['arch']}`"
     sparse = ", CSR adjacency" if m["custom"].get("adjacency") == "sparse" else ""
-    return f"`{m['custom']['factory']}`{sparse}"
+    fast = ", `fastDropout`" if m["custom"].get("fastDropout") else ""
+    code = " (bench/user_models)" if m["custom"].get("codePath") else ""
+    return f"`{m['custom']['factory']}`{code}{sparse}{fast}"
+
+
+LABELS = {"pyg-sage": "PyG GraphSAGE", "pyg-sage-sparse": "PyG GraphSAGE on a CSR adjacency",
+          "pyg-sage-fast": "PyG GraphSAGE with `fastDropout`",
+          "user-sage-trimmed": "a user's SAGEConv model computing only the rows read next, with `fastDropout`"}
 
 
 def verdict(ds: str, cells: dict) -> list[str]:
     a = cells.get(f"cell/{ds}/{PAIR[0]}")
     out = []
-    for name, label in ((PAIR[1], "PyG GraphSAGE"), ("pyg-sage-sparse", "PyG GraphSAGE on a CSR adjacency")):
-        b = cells.get(f"cell/{ds}/{name}")
+    for name in (PAIR[1],) + VARIANTS:
+        b, label = cells.get(f"cell/{ds}/{name}"), LABELS[name]
         if not a or not b or "failed" in a or "failed" in b:
             if b is not None or name == PAIR[1]:
                 out.append(f"- Target, {label} within {TARGET}x of the built-in SAGE: not measured "
@@ -225,43 +248,94 @@ def verdict(ds: str, cells: dict) -> list[str]:
     return out
 
 
+# What an operator's time is, in a PyG model against the built-in layers (read with the profile's
+# numbers: which of these a step spends more on is measured, not assumed).
+OPS = {
+    "aten::bernoulli_": "torch's dropout mask, one Bernoulli draw per element of every hidden row (the "
+                        "built-in draws 16-bit slices of 64-bit words, models/dropout.py)",
+    "aten::mm": "dense products", "aten::addmm": "dense products with a bias",
+    "aten::index_select": "per-edge messages: a source row gathered per edge (`x_j`)",
+    "aten::scatter_add_": "summing per-edge messages into their targets",
+    "aten::scatter_reduce_": "reducing per-edge messages into their targets",
+    "aten::index_add_": "summing per-edge gradients back into their sources",
+    "aten::_sparse_mm_reduce_impl": "a sparse product with the adjacency (fused gather and mean)",
+    "aten::fill_": "zero-filling aggregation outputs", "aten::zero_": "zero-filling gradients",
+    "aten::div": "the mean's division by the in-degree", "aten::mul": "elementwise scaling (dropout, the mean)",
+    "aten::threshold_backward": "ReLU's backward", "aten::clamp_min": "ReLU",
+    "aten::copy_": "copies (the input rows, dtype casts)", "aten::random_": "random bits (the built-in's dropout mask)",
+}
+
+
+def op_differences(b: dict, a: dict, k: int = 4) -> list[tuple[str, float]]:
+    """The operators on which `b` spends the most self time per step more than `a` (an operator
+    missing from a profile's top list counts as its smallest listed time or less: 0)."""
+    sa = {o["op"]: o["seconds_per_step"] for o in a["top_ops"]}
+    diffs = [(o["op"], o["seconds_per_step"] - sa.get(o["op"], 0.0)) for o in b["top_ops"]]
+    return sorted((d for d in diffs if d[1] > 0), key=lambda d: -d[1])[:k]
+
+
+def why(ds: str, prof: dict, cells: dict) -> str:
+    """The step's gap explained from the profiles: per-operator differences, the rows each
+    model's layers compute, the input's density; then what the measured variants close."""
+    a, b = prof[PAIR[0]], prof[PAIR[1]]
+    fb = lambda p: p["seconds_per_step"]["forward"] + p["seconds_per_step"]["backward"]  # noqa: E731
+    parts = [f"Forward and backward: PyG GraphSAGE {fb(b):.3f} s per step, the built-in SAGE {fb(a):.3f} s "
+             f"({fb(b) / max(fb(a), 1e-9):.2f}x); step peak {b['step_peak_bytes'] / MIB:.0f} MiB against "
+             f"{a['step_peak_bytes'] / MIB:.0f} MiB."]
+    diffs = op_differences(b, a)
+    if diffs:
+        parts.append("Where PyG's step spends more (self time per step, PyG minus built-in): " + "; ".join(
+            f"`{op}` +{d:.3f} s, {OPS.get(op, 'see the operator list')}" for op, d in diffs) + ".")
+    rb, ra = b.get("rows_per_step"), a.get("rows_per_step")
+    if rb and ra:
+        parts.append(f"Rows: PyG's `BasicGNN` trims each layer's input to the hops still needed, yet every layer "
+                     f"computes all rows it is given ({rb['given']:,.0f} a step over its layers), of which the next "
+                     f"layer reads {rb['read_next']:,.0f} ({rb['given'] / max(rb['read_next'], 1):.1f}x); the built-in "
+                     "layers compute only those (their block's targets), so PyG's products, activations and dropout "
+                     "masks cover that many more rows.")
+    dens = a.get("input_density")
+    if dens is not None and dens < 0.5:
+        parts.append(f"The input is {dens:.1%} non-zero: the built-in first layer multiplies it as a CSR "
+                     "matrix (models/sparse_input.py), a user's model gets `x` dense, and `SAGEConv` on an "
+                     "`edge_index` gathers a message row per edge in that input width.")
+    closing = []
+    base = cells.get(f"cell/{ds}/{PAIR[0]}")
+    for name in VARIANTS[1:]:
+        c, p = cells.get(f"cell/{ds}/{name}"), prof.get(name)
+        if c and base and "failed" not in c and "failed" not in base:
+            closing.append(f"{LABELS[name]}: epoch {c['epoch_seconds'] / base['epoch_seconds']:.2f}x the built-in"
+                           + (f", forward and backward {fb(p) / max(fb(a), 1e-9):.2f}x" if p else ""))
+    if closing:
+        parts.append("What closes it, measured in the same run: " + "; ".join(closing) + ".")
+    return " ".join(parts)
+
+
+# Which rows a model's layers compute (of the profile's counts): the built-in layers and the
+# trimmed user model their block's targets, PyG's BasicGNN every row it is given after trimming,
+# and on a CSR adjacency (no trimming) every row of the sample at every layer.
+COMPUTES = {"builtin-sage": "read_next", "user-sage-trimmed": "read_next", "pyg-sage": "given",
+            "pyg-sage-fast": "given", "pyg-sage-sparse": "all"}
+
+
 def profile_section(ds: str, runs: dict) -> list[str]:
     prof = {m: runs[f"profile/{ds}/{m}"] for m in PROFILED if f"profile/{ds}/{m}" in runs}
     if not all(m in prof for m in PAIR):
         return []
-    a, b = prof[PAIR[0]], prof[PAIR[1]]
+    a = prof[PAIR[0]]
     lines = [f"### Where a SAGE step goes ({ds}, rank 1, one thread, {a['steps']} steps)", "",
-             "| model | sampling + feature rows | forward | backward | step peak above the process before it |",
-             "|---|---|---|---|---|"]
+             "| model | sampling + feature rows | forward | backward | step peak above the process before it | rows computed / read next |",
+             "|---|---|---|---|---|---|"]
     for m in prof:
-        p = prof[m]["seconds_per_step"]
+        p, r = prof[m]["seconds_per_step"], prof[m].get("rows_per_step")
+        given = "n/a" if not r else f"{r[COMPUTES[m]]:,.0f} / {r['read_next']:,.0f}"
         lines.append(f"| {m} | {p['sample_and_features']:.3f} s | {p['forward']:.3f} s | {p['backward']:.3f} s | "
-                     f"{prof[m]['step_peak_bytes'] / MIB:.0f} MiB |")
+                     f"{prof[m]['step_peak_bytes'] / MIB:.0f} MiB | {given} |")
     lines += ["", "Operators with the most CPU time per step (torch.profiler, self time):", ""]
     for m in prof:
         ops = ", ".join(f"`{o['op']}` {o['seconds_per_step']:.3f} s ({o['share']:.0%})" for o in prof[m]["top_ops"][:5])
         lines.append(f"- {m}: {ops}")
-    fb = lambda p: p["seconds_per_step"]["forward"] + p["seconds_per_step"]["backward"]  # noqa: E731
-    top = ", ".join(f"`{o['op']}` ({o['share']:.0%})" for o in b["top_ops"][:2])
-    lines += ["", f"Forward and backward: PyG GraphSAGE {fb(b):.3f} s per step, the built-in SAGE {fb(a):.3f} s "
-              f"({fb(b) / max(fb(a), 1e-9):.2f}x); step peak {b['step_peak_bytes'] / MIB:.0f} MiB against "
-              f"{a['step_peak_bytes'] / MIB:.0f} MiB; PyG's largest operators here: {top}. What differs by "
-              "construction: (1) the input: the built-in first layer takes a bag-of-words input as a sparse "
-              "CSR matrix (models/sparse_input.py: X W costs its non-zeros), while a custom model gets `x` "
-              "dense, so every product with the input costs rows x input width (`aten::mm`/`addmm`); "
-              "(2) aggregation: `SAGEConv` on an `edge_index` gathers a message row per edge "
-              "(`index_select`, edges x width, in the input width for the first layer, where it aggregates "
-              "before projecting) and sums them with a scatter, whose backward is another, while the built-in "
-              "layer multiplies by the block's CSR and projects a wide input first; (3) work: with PyG's "
-              "trimming each layer still computes every row it keeps, the built-in only the next layer's "
-              "rows. Closing (1) needs a first layer that takes the features as a sparse matrix; (2) is "
-              "what `model.custom.adjacency: sparse` changes (below)."]
-    c = prof.get("pyg-sage-sparse")
-    if c is not None:
-        lines += ["", f"With `model.custom.adjacency: sparse` (the adjacency as a CSR matrix, on which `SAGEConv` "
-                  f"fuses gather and mean into one sparse product, but every layer computes every row: no "
-                  f"trimming), forward and backward take {fb(c):.3f} s per step ({fb(c) / max(fb(a), 1e-9):.2f}x "
-                  f"the built-in) and the step peaks {c['step_peak_bytes'] / MIB:.0f} MiB above the process."]
+    cells = {k: v for k, v in runs.items() if k.startswith("cell/")}
+    lines += ["", why(ds, prof, cells)]
     return lines
 
 
