@@ -7,7 +7,9 @@ from `torch_geometric.nn.models` through `model.custom.factory` (PyG's `GraphSAG
 with v2 attention), the same depth, width, dropout, fanouts, batch, seed and rounds. Per cell:
 the median epoch's training seconds after the first (warm-up), steps per epoch, the largest
 worker peak PSS (the report's memory section: PSS counts the memory-mapped store and shared
-libraries once per machine) and the test accuracy of the last epoch's evaluation (sampled, on
+libraries once per machine, but is sampled every 5 s, so a short evaluation's peak can fall
+between samples), the largest worker peak RSS (the kernel's high-water mark: every peak, with
+shared pages counted whole in each worker) and the test accuracy of the last epoch's evaluation (sampled, on
 `--eval-fraction` of each worker's nodes, with the training fanouts).
 
 `--profile` then runs one worker's steps of the SAGE models in a process of its own per model (the
@@ -92,10 +94,12 @@ def run_cell(cfg: dict, timeout: float) -> dict:
     hist, mem = rep["history"], rep.get("memory") or {}
     train = [h["train_seconds"] for h in hist]
     pss = mem.get("worker_peak_pss_bytes") or []
+    rss = mem.get("worker_peak_rss_bytes") or []
     return {"wall_seconds": round(wall, 1), "tree_peak_rss_bytes": tree_peak,
             "epoch_seconds": round(statistics.median(train[1:] or train), 3), "train_seconds": train,
             "steps_per_epoch": hist[-1].get("steps"), "worker_peak_pss_bytes": pss,
             "max_worker_peak_pss_bytes": max(pss) if pss else None,
+            "max_worker_peak_rss_bytes": max(rss) if rss else None,
             "worker_local_edges": mem.get("worker_local_edges"), "test_acc": hist[-1].get("test_acc"),
             "val_acc": hist[-1].get("val_acc")}
 
@@ -202,15 +206,15 @@ def render(runs: dict, out: Path, command: str) -> None:
                   + (f" of at most {s['max_steps']} steps" if s.get("max_steps") else "")
                   + f", evaluation on {s['eval_fraction']:.0%} of the nodes (sampled); {s['cpus']} CPUs, "
                   f"measured {s['measured']}.", "",
-                  "| model | layers from | epoch time | steps / epoch | worker peak PSS | test acc |",
-                  "|---|---|---|---|---|---|"]
+                  "| model | layers from | epoch time | steps / epoch | worker peak PSS | worker peak RSS | test acc |",
+                  "|---|---|---|---|---|---|---|"]
         for v in sorted(mine, key=lambda v: list(MODELS).index(v["model"])):
             if "failed" in v:
-                lines.append(f"| {v['model']} | {origin(v['model'])} | failed: {v['failed'][-160:]!r} | | | |")
+                lines.append(f"| {v['model']} | {origin(v['model'])} | failed: {v['failed'][-160:]!r} | | | | |")
                 continue
             acc = "n/a" if v.get("test_acc") is None else f"{v['test_acc']:.4f}"
             lines.append(f"| {v['model']} | {origin(v['model'])} | {v['epoch_seconds']:.2f} s | {v['steps_per_epoch']} | "
-                         f"{gib(v['max_worker_peak_pss_bytes'])} | {acc} |")
+                         f"{gib(v['max_worker_peak_pss_bytes'])} | {gib(v.get('max_worker_peak_rss_bytes'))} | {acc} |")
         lines += [""] + verdict(ds, cells) + [""] + profile_section(ds, runs)
     out.write_text("\n".join(lines).rstrip() + "\n")
 
@@ -335,7 +339,7 @@ def profile_section(ds: str, runs: dict) -> list[str]:
         ops = ", ".join(f"`{o['op']}` {o['seconds_per_step']:.3f} s ({o['share']:.0%})" for o in prof[m]["top_ops"][:5])
         lines.append(f"- {m}: {ops}")
     cells = {k: v for k, v in runs.items() if k.startswith("cell/")}
-    lines += ["", why(ds, prof, cells)]
+    lines += ["", why(ds, prof, cells), ""]
     return lines
 
 
