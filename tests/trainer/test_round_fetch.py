@@ -20,6 +20,7 @@ from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
 from grappa.data.local_copy import LocalCopy, halo_key
 from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
+from grappa.data.prefetch import RoundFetcher
 from grappa.data.store.assign import base_chunks
 from grappa.data.store.chunk_store import ChunkStore
 from grappa.data.store.manifest import CHUNK_FILES, chunk_dir
@@ -119,6 +120,40 @@ def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
     assert local.num_halo > 0
     assert_same_graph(direct, local)
     assert all(local.store_reads()[k] == 0 for k in FETCH_COUNTS)  # nothing wired: zeros
+
+
+def folder_bytes(*dirs: Path) -> int:
+    return sum(f.stat().st_size for d in dirs for f in d.rglob("*") if f.is_file())
+
+
+def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fetches_on_demand(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    var3 = next(k for k in range(K) if k not in base + [var, var2])
+    local = tmp_path / "local"
+    fetcher = RoundFetcher(LocalCopy(cfg.store_path, local))
+    fetcher.take(base + [var])
+    first = fetcher.counts()
+    assert first["fetched"] == arrays.chunk_bytes(base + [var]) + sum(arrays.halo_bytes(base + [var]))
+    assert first["fetched_ahead"] == first["prefetch_disk"] == 0
+    fetcher.ahead(base + [var2])
+    fetcher.close()  # waits for the background fetch, keeps the folder
+    held = fetcher.counts()
+    assert held["prefetch_disk"] == folder_bytes(local / chunk_dir(var2), local / halo_key(base + [var2])) > 0
+    assert held["local_disk"] == folder_bytes(local) and held["prefetch_memory"] > 0
+    fetcher.take(base + [var2])
+    second = fetcher.counts()
+    assert second["fetched"] == second["fetched_ahead"] == \
+        arrays.chunk_bytes([var2]) + sum(arrays.halo_bytes(base + [var2]))
+    assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var2]} | {halo_key(base + [var2])}
+    fetcher.ahead(base + [var3])
+    fetcher.take(base + [var])  # not the round fetched ahead: fetched now, the other evicted
+    third = fetcher.counts()
+    assert third["fetched"] == arrays.chunk_bytes([var]) + sum(arrays.halo_bytes(base + [var]))
+    assert third["fetched_ahead"] == 0
+    assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var]} | {halo_key(base + [var])}
+    fetcher.close(remove=True)
+    assert not local.exists()
 
 
 def fetch_job(tmp: Path, fetch: str) -> TrainConfig:
