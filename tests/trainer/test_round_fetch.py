@@ -3,6 +3,7 @@ what the store holds for what it fetched, counted against the store's own arrays
 file, the stored chunk_of.npy, independently of the code under test); the local copy gives the
 same local graph and rows as the store; a prefetched round trains the same parameters as one
 fetched on demand; a worker killed mid-fetch resumes and uses nothing half-fetched."""
+import json
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import torch
 import grappa
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
-from grappa.data.local_copy import LocalCopy, halo_key
+from grappa.data.local_copy import HALO_FILES, LocalCopy, halo_key
 from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
 from grappa.data.prefetch import RoundFetcher
 from grappa.data.store.assign import base_chunks
@@ -295,6 +296,27 @@ def test_a_worker_killed_mid_fetch_resumes_and_uses_nothing_half_fetched(prepare
     assert again.chunk_files == arrays.chunk_bytes([first])
     assert (again.halo_index, again.halo_rows) == arrays.halo_bytes(owned)
     np.testing.assert_array_equal(np.load(x), arrays.file(first, "x.npy"))
+
+
+def test_a_halo_record_missing_a_file_is_not_trusted_the_halo_fetched_again(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned = base + [var]
+    folder = tmp_path / "local"
+    LocalCopy(cfg.store_path, folder).fetch(owned)
+    halo = folder / halo_key(owned)
+    record = json.loads((halo / "fetched.json").read_text())
+    assert set(record["files"]) == set(HALO_FILES)
+    del record["files"]["x.npy"]  # a damaged record: x.npy's size and sha256 no longer checked
+    (halo / "fetched.json").write_text(json.dumps(record))
+    x = halo / "x.npy"
+    size = x.stat().st_size
+    x.write_bytes(x.read_bytes()[:-4])
+    again = LocalCopy(cfg.store_path, folder).fetch(owned)  # a resumed worker: checks what it finds
+    assert again.chunk_files == 0  # the chunks' copies are intact
+    assert (again.halo_index, again.halo_rows) == arrays.halo_bytes(owned)
+    assert x.stat().st_size == size
+    assert set(json.loads((halo / "fetched.json").read_text())["files"]) == set(HALO_FILES)
 
 
 def test_a_store_file_that_differs_from_its_manifest_is_refused_nothing_kept(prepared, tmp_path):

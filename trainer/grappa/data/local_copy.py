@@ -18,7 +18,8 @@ complete; a worker killed mid-fetch leaves only `.tmp-` entries, removed when th
 again. A chunk file's sha256 is checked against the store's manifest while it is copied, and a
 copy found on disk by a new process (a resumed worker) is checked again, size and sha256, before
 use; a halo folder records its owned set, the store's manifest digest and its files' sizes and
-sha256 in fetched.json, checked the same way. Halo rows are a part of their files, so the store's
+sha256 in fetched.json, checked the same way (a record that does not list exactly HALO_FILES is
+not trusted: the halo is fetched again). Halo rows are a part of their files, so the store's
 whole-file sha256 cannot check them: their files' dtype, shape and size are checked instead.
 
 Folder layout:
@@ -262,11 +263,15 @@ class LocalCopy:
             rec = json.loads((d / "fetched.json").read_text())
         except (OSError, ValueError):
             return False
-        if rec.get("owned") != sorted(owned) or rec.get("store") != self.digest:
+        if not isinstance(rec, dict) or rec.get("owned") != sorted(owned) or rec.get("store") != self.digest:
             return False
-        for f, want in rec.get("files", {}).items():
-            p = d / f
-            if not p.is_file() or p.stat().st_size != want["size"] or _sha256(p, 0) != want["sha256"]:
+        files = rec.get("files")
+        if not isinstance(files, dict) or set(files) != set(HALO_FILES):  # a damaged record: refetch
+            return False
+        for f in HALO_FILES:
+            p, want = d / f, files[f]
+            if not isinstance(want, dict) or not p.is_file() or p.stat().st_size != want.get("size") or \
+                    _sha256(p, 0) != want.get("sha256"):
                 return False
         self._checked.add(name)
         return True
