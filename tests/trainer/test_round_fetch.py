@@ -223,17 +223,22 @@ def test_a_prefetched_round_trains_the_same_parameters_as_one_fetched_on_demand(
         max(h["worker_store_read_bytes"]["prefetch_disk"][w] for h in rep_p["history"]) for w in range(P)]
 
 
+# The killed fetch stalls in the second chunk's copy of this file, after its header: a chunk's fetch
+# writes CHUNK_FILES in their order (local_copy._fetch_chunk), one chunk after the other.
+STALL_FILE = "indptr.npy"
+
 _KILLED_FETCH = """
 import builtins, sys, time
 from grappa.data import local_copy
 store, folder, ready, owned = sys.argv[1], sys.argv[2], sys.argv[3], [int(a) for a in sys.argv[4].split(",")]
+stall_at = int(sys.argv[5])
 real_open, opened = builtins.open, [0]
 
-class Stalling:  # the 8th file written (the second chunk's indptr.npy) stops after its header
+class Stalling:  # the stall_at-th file opened for writing stops after its header
     def __init__(self, fh): self.fh = fh
     def write(self, data):
         n = self.fh.write(data)
-        if opened[0] == 8:
+        if opened[0] == stall_at:
             self.fh.flush()
             real_open(ready, "w").close()
             time.sleep(600)
@@ -259,8 +264,9 @@ def test_a_worker_killed_mid_fetch_resumes_and_uses_nothing_half_fetched(prepare
     owned = base + [var]
     folder, ready = tmp_path / "local", tmp_path / "ready"
     env = {**os.environ, "PYTHONPATH": str(Path(grappa.__file__).parents[1])}
+    stall_at = len(CHUNK_FILES) + CHUNK_FILES.index(STALL_FILE) + 1  # the second chunk's STALL_FILE
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_FETCH, str(cfg.store_path), str(folder), str(ready),
-                             ",".join(map(str, owned))], env=env)
+                             ",".join(map(str, owned)), str(stall_at)], env=env)
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
@@ -273,8 +279,8 @@ def test_a_worker_killed_mid_fetch_resumes_and_uses_nothing_half_fetched(prepare
     first, second = owned[0], owned[1]
     left = sorted(p.name for p in folder.iterdir())
     assert left == sorted([chunk_dir(first), f".tmp-{chunk_dir(second)}-{proc.pid}"])  # half: not renamed
-    half = folder / f".tmp-{chunk_dir(second)}-{proc.pid}" / "indptr.npy"
-    assert 0 < half.stat().st_size < (cfg.store_path / chunk_dir(second) / "indptr.npy").stat().st_size
+    half = folder / f".tmp-{chunk_dir(second)}-{proc.pid}" / STALL_FILE
+    assert 0 < half.stat().st_size < (cfg.store_path / chunk_dir(second) / STALL_FILE).stat().st_size
 
     # resumed: the half-fetched folder is gone, the complete chunk checked and kept, the rest fetched
     copy = LocalCopy(cfg.store_path, folder)
