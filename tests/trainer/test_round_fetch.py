@@ -4,6 +4,7 @@ file, the stored chunk_of.npy, independently of the code under test); the local 
 same local graph and rows as the store; a prefetched round trains the same parameters as one
 fetched on demand; a worker killed mid-fetch resumes and uses nothing half-fetched."""
 import json
+import logging
 import os
 import shutil
 import signal
@@ -156,6 +157,40 @@ def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fet
     assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var]} | {halo_key(base + [var])}
     fetcher.close(remove=True)
     assert not local.exists()
+
+
+class _FailingCopy(LocalCopy):
+    """A LocalCopy whose fetch of one owned set fails (a full disk, say)."""
+
+    def __init__(self, store, folder, fails):
+        super().__init__(store, folder)
+        self.fails = fails
+
+    def fetch(self, owned, out=None):
+        if list(owned) == self.fails:
+            raise OSError("No space left on device")
+        return super().fetch(owned, out)
+
+
+def test_a_failed_fetch_ahead_is_reported_with_the_round_it_was_for(prepared, tmp_path, caplog):
+    cfg, _ = prepared
+    base, var, var2 = owned_sets()
+    fetcher = RoundFetcher(_FailingCopy(cfg.store_path, tmp_path / "local", fails=base + [var2]))
+    fetcher.take(base + [var])
+    caplog.set_level(logging.WARNING, logger="grappa.data.prefetch")
+    fetcher.ahead(base + [var2])
+    fetcher.take(base + [var])  # another round than the one that failed: fetched now, no error
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fetching round data ahead (chunks {base + [var2]}) failed (No space left on device); this round "
+        f"needs chunks {base + [var]} instead: fetching them now"]
+    caplog.clear()
+    fetcher.ahead(base + [var2])
+    with pytest.raises(OSError, match="No space left"):  # the round that failed: fetched now, fails again
+        fetcher.take(base + [var2])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fetching this round's data (chunks {base + [var2]}) ahead failed (No space left on device); "
+        "fetching it now"]
+    fetcher.close(remove=True)
 
 
 def fetch_job(tmp: Path, fetch: str) -> TrainConfig:

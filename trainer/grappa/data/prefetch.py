@@ -43,7 +43,12 @@ class RoundFetcher:
             self._round, self._round_ahead = self._next_fetched, self._next_fetched.total
         else:
             if self._error is not None:  # fetching now raises it again if it was about this round
-                log.warning("fetching round data ahead failed (%s); fetching it now", self._error)
+                if self._next == owned:
+                    log.warning("fetching this round's data (chunks %s) ahead failed (%s); fetching it now",
+                                owned, self._error)
+                else:
+                    log.warning("fetching round data ahead (chunks %s) failed (%s); this round needs chunks "
+                                "%s instead: fetching them now", self._next, self._error, owned)
             self._round, self._round_ahead = self.copy.fetch(owned), 0
         self._next, self._next_fetched, self._error = None, Fetched(), None
         self.current = owned
