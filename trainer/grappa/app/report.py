@@ -134,7 +134,9 @@ def store_reads_summary(history: list[dict], resumed_at: list[int], fetched: boo
                         "; the rounds were fetched (storage.fetch), so those are reads of the worker-local "
                         "copy and the store's bytes are `fetched` (of them `fetched_ahead` during the round "
                         "before); local_disk, prefetch_disk (the next round's share) and prefetch_memory "
-                        "(the background fetch's peak buffers): bytes held at the round's last epoch"
+                        "(the background fetch's peak buffers): bytes held at the round's last epoch report "
+                        "(the prefetch ones: or, if more, what a fetch ahead held when it completed since the "
+                        "report before)"
                         if fetched else ""),
             "fetched": fetched,
             "rounds": rounds,

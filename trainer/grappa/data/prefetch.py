@@ -11,6 +11,10 @@ chunks, shared, once), everything else evicted at each `take`; the background fe
 fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold). `counts()` reports
 per round (local_graph.FETCH_COUNTS): the store bytes fetched for the round, how many of them
 ahead, the folder's bytes, of them the next round's, and the background fetch's peak buffers.
+The last two are what is held when counts() is called, or what a fetch ahead held when it
+completed since the call before, whichever is more: a fetch that starts and completes between
+two epoch reports (or completes after the last report of the round before it) is still seen, by
+the next report, however short the epochs.
 """
 from __future__ import annotations
 
@@ -34,6 +38,9 @@ class RoundFetcher:
         self._next_fetched = Fetched()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        # (prefetch_disk, prefetch_memory) of fetches ahead that completed since the last counts()
+        self._completed = (0, 0)
+        self._lock = threading.Lock()
 
     def take(self, owned: Sequence[int]) -> LocalView:
         """The round of `owned` starts: its data local (fetched ahead, or now), the rest evicted."""
@@ -61,12 +68,18 @@ class RoundFetcher:
         if owned == self.current or self._thread is not None:
             return
         self._next, self._next_fetched = owned, Fetched()
+        fetched = self._next_fetched
+        current = self.copy.entries(self.current) if self.current is not None else set()
 
         def run() -> None:
             try:
-                self.copy.fetch(owned, self._next_fetched)
+                self.copy.fetch(owned, fetched)
             except BaseException as err:  # noqa: BLE001 - reported by the next take
                 self._error = err
+                return
+            held = (self.copy.disk_bytes(exclude=current), fetched.memory_peak)  # the next round's, whole
+            with self._lock:
+                self._completed = tuple(map(max, self._completed, held))
         self._thread = threading.Thread(target=run, name="grappa-prefetch", daemon=True)
         self._thread.start()
 
@@ -76,12 +89,16 @@ class RoundFetcher:
             self._thread = None
 
     def counts(self) -> dict[str, int]:
-        """The current round's local_graph.FETCH_COUNTS, live (the background fetch goes on)."""
+        """The current round's local_graph.FETCH_COUNTS, live (the background fetch goes on);
+        prefetch_disk and prefetch_memory at least what a fetch ahead held when it completed
+        since the last call (module docstring)."""
         current = self.copy.entries(self.current) if self.current is not None else set()
+        with self._lock:
+            (disk, memory), self._completed = self._completed, (0, 0)
         return {"fetched": self._round.total, "fetched_ahead": self._round_ahead,
                 "local_disk": self.copy.disk_bytes(),
-                "prefetch_disk": self.copy.disk_bytes(exclude=current),
-                "prefetch_memory": self._next_fetched.memory_peak}
+                "prefetch_disk": max(disk, self.copy.disk_bytes(exclude=current)),
+                "prefetch_memory": max(memory, self._next_fetched.memory_peak)}
 
     def close(self, remove: bool = False) -> None:
         """Wait for the background fetch; `remove`: delete the folder (the job is done)."""
