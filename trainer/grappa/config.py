@@ -464,11 +464,12 @@ class StorageConfig(Section):
     """How a worker reads its round's data from the chunk store (data/local_copy.py, prefetch.py)."""
 
     fetch: Literal[FETCH_MODES] = Field(  # type: ignore[valid-type]
-        "direct", description="direct: read the store through memory maps as the steps need rows. "
-        "on-demand: at a round's start, copy what the round needs (its owned chunks, its halo's rows) "
-        "into localDir, then read only that. prefetch: as on-demand, and fetch the next round's data "
-        "in the background while the current round trains (at most two rounds' data on local disk). "
-        "Strategy grappa only.")
+        "direct", description="How a worker's training rounds read their graph. direct: read the store "
+        "through memory maps as the steps need rows. on-demand: at a round's start, copy what the round "
+        "needs (its owned chunks, its halo's rows) into localDir, then train the round on that copy. "
+        "prefetch: as on-demand, and fetch the next round's data in the background while the current "
+        "round trains (at most two rounds' data on local disk). Evaluation (and link prediction's edge "
+        "split) reads the store directly whatever this is. Strategy grappa only.")
     local_dir: Optional[str] = Field(
         None, max_length=PATH_MAX, description="Worker-local folder for fetched round data, one "
         "rank-<r> folder per worker, removed when the job ends (default: <runDir>/local; in a pod, "
