@@ -12,6 +12,7 @@ from pydantic import AfterValidator, ConfigDict, Field, ValidationError, WithJso
 from pydantic.fields import FieldInfo
 
 from grappa.config import (
+    FETCH_MODES,
     OGB_DATASETS,
     OGB_LINK_DATASETS,
     PATH_MAX,
@@ -23,6 +24,7 @@ from grappa.config import (
     ModelConfig,
     PrepareConfig,
     Section,
+    StorageConfig,
     Strategy,
     TablesConfig,
     Task,
@@ -208,6 +210,10 @@ class Storage(Section):
     mount_path: str = Field(settings.DEFAULT_MOUNT_PATH, max_length=4096, pattern=r"^/[^:]*$",
                             description="Where the volume is mounted in every pod; runDir is "
                                         "<mountPath>/<namespace>/<job>/<uid>.")
+    fetch: Literal[FETCH_MODES] = Field(  # type: ignore[valid-type]
+        StorageConfig.model_fields["fetch"].default,
+        description=StorageConfig.model_fields["fetch"].description.replace(
+            "into localDir", f"into an emptyDir at {settings.LOCAL_DATA_PATH} in each worker pod"))
 
     @model_validator(mode="after")
     def _one_source(self) -> "Storage":
@@ -274,6 +280,9 @@ SPEC_RULES = [
              "grappa.correction, grappa.shrinkage and grappa.rounds apply to strategy grappa only "
              "(other strategies keep fixed partitions): remove them or set strategy: grappa",
              ".grappa"),
+    cel.rule("self.strategy == 'grappa' || !has(self.storage.fetch) || self.storage.fetch == 'direct'",
+             "storage.fetch fetches the rounds of strategy grappa only (other strategies read the store "
+             "directly): remove storage.fetch or set strategy: grappa", ".storage.fetch"),
     cel.rule(f"self.strategy == 'varco' || ({cel.at_defaults(VarcoConfig, 'self.varco')})",
              "varco settings apply to strategy varco only: remove them or set strategy: varco",
              ".varco"),
@@ -457,6 +466,7 @@ class GrappaJobSpec(Section):
             varco=self.varco,
             checkpoint=self.checkpoint,
             prepare=self.prepare,
+            storage=StorageConfig(fetch=self.storage.fetch),
             run_dir=run_dir,
             store_dir=store_dir,
             metrics_port=self.metrics_port,

@@ -154,6 +154,8 @@ def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
     mount = spec.storage.mount_path
     rd = run_dir(job, spec)
     cfg = spec.to_train_config(run_dir=rd, store_dir=posixpath.join(rd, "store"))
+    if cfg.storage.fetch != "direct":  # fetched round data goes to the worker pod's emptyDir
+        cfg.storage = cfg.storage.model_copy(update={"local_dir": s.LOCAL_DATA_PATH})
     # Relative dataset locations live on the shared volume.
     root = cfg.dataset.root or "data"
     cfg.dataset.root = root if root.startswith("/") else posixpath.join(mount, root)
@@ -297,6 +299,9 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
         }],
         "volumes": [_volume(spec), {"name": "tmp", "emptyDir": {}}],
     }
+    if role == s.ROLE_WORKER and cfg.storage.fetch != "direct":  # storage.localDir: node-local disk
+        pod_spec["containers"][0]["volumeMounts"].append({"name": "grappa-local", "mountPath": s.LOCAL_DATA_PATH})
+        pod_spec["volumes"].append({"name": "grappa-local", "emptyDir": {}})
     if role == s.ROLE_AGGREGATOR:
         pod_spec["serviceAccountName"] = settings_.service_account_name or aggregator_account(job)
     elif settings_.service_account_name:

@@ -32,6 +32,8 @@ def trainer_image() -> str:
     """The image of pods whose spec names none: the operator's setting, else the release's."""
     return os.environ.get(TRAINER_IMAGE_ENV, "").strip() or DEFAULT_TRAINER_IMAGE
 DEFAULT_MOUNT_PATH = "/grappa"
+# A worker pod's emptyDir for fetched round data (spec.storage.fetch not direct): storage.localDir
+LOCAL_DATA_PATH = "/grappa-local"
 CONTAINER_NAME = "grappa"
 TERMINATION_LOG = "/dev/termination-log"
 

@@ -139,6 +139,9 @@ CASES = [
     ("predict", "candidates and topK choose the best candidates of spec.predict.queries",
      {"predict": {"model": "/srv/run/model.pt", "topK": 5}}, "spec.predict.queries",
      {"predict": {"model": "/srv/run/model.pt", "topK": 5, "queries": "q.npy"}}),
+    ("", "storage.fetch fetches the rounds of strategy grappa only", {"strategy": "full", "storage": {
+        "hostPath": "/srv", "fetch": "prefetch"}}, "storage.fetch",
+     {"strategy": "full", "storage": {"hostPath": "/srv", "fetch": "direct"}}),
     ("storage", "exactly one of claimName or hostPath", {"storage": {"hostPath": "/a", "claimName": "c"}},
      "spec.storage", {"storage": {"claimName": "c"}}),
 ]

@@ -67,6 +67,24 @@ def test_security_and_volumes(job):
         assert vols["tmp"] == {"name": "tmp", "emptyDir": {}}
 
 
+def test_fetched_rounds_go_to_a_worker_emptydir(job):
+    """storage.fetch: each worker pod mounts an emptyDir and its config names it storage.localDir;
+    the other pods, and a job that reads the store directly, are as before."""
+    spec = make_spec(storage={"claimName": "grappa-data", "mountPath": "/data", "fetch": "prefetch"})
+    for p in desired.group_pods(job, spec, 0) + [desired.prepare_pod(job, spec, 0)]:
+        c = p["spec"]["containers"][0]
+        worker = p["metadata"]["labels"][s.LABEL_ROLE] == s.ROLE_WORKER
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        assert ("/grappa-local" in mounts) == worker
+        vols = {v["name"]: v for v in p["spec"]["volumes"]}
+        assert (vols.get("grappa-local") == {"name": "grappa-local", "emptyDir": {}}) == worker
+        cfg = json.loads(next(e["value"] for e in c["env"] if e["name"] == "GRAPPA_CONFIG"))
+        assert cfg["storage"] == {"fetch": "prefetch", "localDir": "/grappa-local"}
+    direct = make_spec(storage={"claimName": "grappa-data"})
+    for p in desired.group_pods(job, direct, 0):
+        assert "grappa-local" not in {v["name"] for v in p["spec"]["volumes"]}
+
+
 def test_only_the_aggregator_gets_a_token(job, spec):
     agg, w1, _ = desired.group_pods(job, spec, 0)
     assert agg["spec"]["automountServiceAccountToken"] is True

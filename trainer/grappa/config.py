@@ -463,6 +463,25 @@ class CheckpointConfig(Section):
     interval: int = Field(10, ge=0, description="Checkpoint every k epochs; 0 disables.")
 
 
+FETCH_MODES = ("direct", "on-demand", "prefetch")
+
+
+class StorageConfig(Section):
+    """How a worker reads its round's data from the chunk store (data/local_copy.py, prefetch.py)."""
+
+    fetch: Literal[FETCH_MODES] = Field(  # type: ignore[valid-type]
+        "direct", description="How a worker's training rounds read their graph. direct: read the store "
+        "through memory maps as the steps need rows. on-demand: at a round's start, copy what the round "
+        "needs (its owned chunks, its halo's rows) into localDir, then train the round on that copy. "
+        "prefetch: as on-demand, and fetch the next round's data in the background while the current "
+        "round trains (at most two rounds' data on local disk). Evaluation (and link prediction's edge "
+        "split) reads the store directly whatever this is. Strategy grappa only.")
+    local_dir: Optional[str] = Field(
+        None, max_length=PATH_MAX, description="Worker-local folder for fetched round data, one "
+        "rank-<r> folder per worker, removed when the job ends (default: <runDir>/local; in a pod, "
+        "the operator's emptyDir).")
+
+
 class TrainConfig(Section):
     """A whole Grappa job as the trainer sees it."""
 
@@ -483,6 +502,7 @@ class TrainConfig(Section):
     link: LinkConfig = Field(default_factory=LinkConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     run_dir: str = Field("runs/latest", description="Where reports, metrics and checkpoints go.")
     store_dir: Optional[str] = Field(
         None, description="Chunk store folder (default: <runDir>/store).")
@@ -508,6 +528,10 @@ class TrainConfig(Section):
             raise ValueError(f"varco settings apply to strategy varco only (strategy is {self.strategy!r}): "
                              "remove them or set strategy: varco")
         self._check_task()
+        if self.storage.fetch != "direct" and self.strategy != "grappa":
+            raise ValueError(f"storage.fetch {self.storage.fetch!r} fetches the rounds of strategy grappa "
+                             f"only (strategy is {self.strategy!r}, which reads the store directly): "
+                             "remove storage.fetch or set strategy: grappa")
         fan = self.training.fanouts
         if fan is not None and len(fan) != self.model.layers:
             raise ValueError(
@@ -584,6 +608,11 @@ class TrainConfig(Section):
     @property
     def store_path(self) -> Path:
         return Path(self.store_dir) if self.store_dir else Path(self.run_dir) / "store"
+
+    def local_path(self, rank: int) -> Path:
+        """Worker `rank`'s folder for fetched round data (storage.localDir)."""
+        root = Path(self.storage.local_dir) if self.storage.local_dir else Path(self.run_dir) / "local"
+        return root / f"rank-{rank}"
 
 
 class ConfigError(ValueError):

@@ -67,6 +67,16 @@ class TrainerMetrics:
             "grappa_trainer_store_round_distinct_bytes", "Bytes of the distinct store rows and arrays "
             "this worker read in the current round so far (what a fetch of them would move), by kind.",
             list(labels) + ["kind"], registry=self.registry)
+        # storage.fetch: what the rounds' data cost from the store, and what the local copy holds
+        self._fetched = Counter(
+            "grappa_trainer_store_fetched_bytes", "Bytes this worker fetched from the chunk store into "
+            "worker-local storage for its rounds (storage.fetch), counted when a round starts.",
+            list(labels), registry=self.registry).labels(**labels)
+        self._fetch_held = Gauge(
+            "grappa_trainer_fetch_held_bytes", "What the fetched round data holds, by kind: local_disk "
+            "(the worker-local folder), prefetch_disk (of it, the next round's), prefetch_memory (the "
+            "background fetch's peak buffers in this round); the prefetch kinds at least what a fetch ahead "
+            "held when it completed since the last epoch report.", list(labels) + ["kind"], registry=self.registry)
         self._store_seen: tuple[int, dict[str, int]] = (0, {})
 
     def observe_bytes(self, counter) -> None:
@@ -90,6 +100,11 @@ class TrainerMetrics:
                 self._store_total.labels(**self._labels, kind=kind).inc(grown)
             self._store_round.labels(**self._labels, kind=kind).set(reads[kind])
             self._store_round_distinct.labels(**self._labels, kind=kind).set(reads[f"{kind}_distinct"])
+        grown = reads.get("fetched", 0) - before.get("fetched", 0)
+        if grown > 0:
+            self._fetched.inc(grown)
+        for kind in ("local_disk", "prefetch_disk", "prefetch_memory"):
+            self._fetch_held.labels(**self._labels, kind=kind).set(reads.get(kind, 0))
         self._store_seen = (round_serial, dict(reads))
 
     def serve(self, port: int, addr: Optional[str] = None) -> None:

@@ -28,7 +28,8 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
         "fetch_bytes_total": sum(sum(h.get("worker_fetch_bytes", [])) for h in history) // 2,
         "final": evals[-1] if evals else None,
         "memory": memory_summary(history),
-        "store_reads": store_reads_summary(history, extra["resumed_at"]),
+        "store_reads": store_reads_summary(history, extra["resumed_at"],
+                                           fetched=(config.get("storage") or {}).get("fetch", "direct") != "direct"),
         "history": history,
         **extra,
     }
@@ -90,12 +91,16 @@ def memory_summary(history: list[dict]) -> Optional[dict]:
 
 
 STORE_READ_KINDS = ("verify", "structure", "own_features", "halo_features")
+FETCHED_KINDS = ("fetched", "fetched_ahead")                        # bytes, summed over rounds
+HELD_KINDS = ("local_disk", "prefetch_disk", "prefetch_memory")     # bytes held, their peak kept
 
 
-def store_reads_summary(history: list[dict], resumed_at: list[int]) -> Optional[dict]:
+def store_reads_summary(history: list[dict], resumed_at: list[int], fetched: bool = False) -> Optional[dict]:
     """Bytes each worker read from the chunk store, per round: the last epoch's round-so-far counts
     of each stretch of epochs on one local graph (a round, or what of it ran after a resume, which
-    rebuilds the graph), every read (`total`) and the distinct bytes, by kind; and the run's sums."""
+    rebuilds the graph), every read (`total`) and the distinct bytes, by kind; and the run's sums.
+    `fetched` (storage.fetch is not direct): the rounds read worker-local copies, so those counts
+    are local reads and the store's bytes are `fetched`; `from_store` is whichever applies."""
     recs = [h for h in history if h.get("worker_store_read_bytes")]
     if not recs:
         return None
@@ -116,15 +121,28 @@ def store_reads_summary(history: list[dict], resumed_at: list[int]) -> Optional[
         per_worker["total"] = [sum(v) for v in zip(*(per_worker[k] for k in STORE_READ_KINDS))]
         per_worker["total_distinct"] = [sum(v) for v in zip(*(per_worker[k + "_distinct"]
                                                                 for k in STORE_READ_KINDS))]
+        per_worker.update({k: last.get(k, zeros) for k in FETCHED_KINDS + HELD_KINDS})
+        per_worker["from_store"] = per_worker["fetched"] if fetched else per_worker["total"]
         rounds.append({"round": part[0]["round"], "epochs": [part[0]["epoch"], part[-1]["epoch"]],
                        "worker_bytes": per_worker})
-    keys = list(rounds[0]["worker_bytes"])
+    keys = [k for k in rounds[0]["worker_bytes"] if k not in HELD_KINDS]
+    width = len(rounds[0]["worker_bytes"]["total"])
     return {"what": "bytes read from the chunk store per worker and round: verify (whole files read once "
                     "per process to check their sha256), structure (the local graph's build), own_features "
                     "and halo_features (the rows the steps read); every read counted, and *_distinct: each "
-                    "byte once (what the store holds for what was read)",
+                    "byte once (what the store holds for what was read)" + (
+                        "; the rounds were fetched (storage.fetch), so those are reads of the worker-local "
+                        "copy and the store's bytes are `fetched` (of them `fetched_ahead` during the round "
+                        "before); local_disk, prefetch_disk (the next round's share) and prefetch_memory "
+                        "(the background fetch's peak buffers): bytes held at the round's last epoch report "
+                        "(the prefetch ones: or, if more, what a fetch ahead held when it completed since the "
+                        "report before)"
+                        if fetched else ""),
+            "fetched": fetched,
             "rounds": rounds,
-            "total_bytes": {k: sum(sum(r["worker_bytes"][k]) for r in rounds) for k in keys}}
+            "total_bytes": {k: sum(sum(r["worker_bytes"][k]) for r in rounds) for k in keys},
+            "peak_held_bytes": {k: [max(h["worker_store_read_bytes"].get(k, [0] * width)[w] for h in recs)
+                                    for w in range(width)] for k in HELD_KINDS}}
 
 
 def dataset_label(dataset: dict) -> str:

@@ -15,22 +15,30 @@ for the halo's rows, and the halo rows' two indptr entries, their degree), then 
 the round's steps read (`FeatureRows`: owned and halo rows, every read and the distinct rows);
 and apart, `verify`: the whole files the build opened for the first time in this process, read
 once to check them against the manifest's sha256 (chunk_store.py), every file of every chunk the
-round touches, features included.
+round touches, features included. A round fetched into worker-local storage (storage.fetch,
+local_copy.py) is built from that copy the same way: the counts are then local reads, and what
+the round cost the store is `fetched` (FETCH_COUNTS).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from grappa.data.distinct import MAP_BLOCK, distinct
 from grappa.data.feature_rows import FeatureRows
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.chunk_store import ChunkStore
 
-_MAP_BLOCK = 1 << 20  # ids mapped per step: bounds the int64 temporaries (~40 MiB)
+# What a fetched round adds to its reads (prefetch.RoundFetcher.counts; zero when the round reads
+# the store directly): store bytes fetched for the round, of them fetched ahead (during the round
+# before), and what the worker-local folder holds: all of it, of that the next round's, and the
+# peak bytes of the buffers the background fetch held (those two: or, if more, what a fetch ahead
+# held when it completed since the previous report; prefetch.RoundFetcher).
+FETCH_COUNTS = ("fetched", "fetched_ahead", "local_disk", "prefetch_disk", "prefetch_memory")
 
 
 @dataclass
@@ -47,12 +55,16 @@ class LocalGraph:
     structure_bytes: int = 0           # store bytes the build read, every pass counted
     structure_distinct_bytes: int = 0  # the same bytes, each counted once
     verify_bytes: int = 0              # whole files the build read to check their sha256
+    fetch_counts: Optional[Callable[[], dict[str, int]]] = None  # a fetched round's FETCH_COUNTS, live
 
     def store_reads(self) -> dict[str, int]:
-        """Bytes read from the store in this round so far: the build's structure and the feature
-        rows, owned and halo; each as every read (the total) and as the distinct bytes read."""
+        """Bytes read from where the round's data lives in this round so far: the build's
+        structure and the feature rows, owned and halo; each as every read (the total) and as the
+        distinct bytes read. When the round was fetched into worker-local storage those are local
+        reads, and what came from the store is `fetched` (FETCH_COUNTS, zero otherwise)."""
         own, halo = self.features.distinct_bytes()
-        return {"verify": self.verify_bytes, "verify_distinct": self.verify_bytes,
+        fetch = self.fetch_counts() if self.fetch_counts is not None else dict.fromkeys(FETCH_COUNTS, 0)
+        return {**fetch, "verify": self.verify_bytes, "verify_distinct": self.verify_bytes,
                 "structure": self.structure_bytes, "structure_distinct": self.structure_distinct_bytes,
                 "own_features": self.features.own_bytes_read, "own_features_distinct": own,
                 "halo_features": self.features.halo_bytes_read, "halo_features_distinct": halo}
@@ -114,29 +126,10 @@ def relabel(global_ids: Tensor, query: Tensor) -> Tensor:
     return order[pos]
 
 
-def _sorted_unique(a: np.ndarray) -> np.ndarray:
-    """np.unique's result; numpy 2.4's np.unique is ~60x slower than a sort here (measured)."""
-    s = np.sort(a)
-    return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
-
-
-def _distinct(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """Sorted distinct values of the (memory-mapped) arrays, read one slab at a time: memory is
-    bounded by the distinct values plus a few slabs, not by the arrays' length."""
-    parts: list[np.ndarray] = []
-    held = 0
-    for a in arrays:
-        for lo in range(0, a.shape[0], _MAP_BLOCK):
-            parts.append(_sorted_unique(np.asarray(a[lo:lo + _MAP_BLOCK])))
-            held += parts[-1].size
-            if held > 4 * _MAP_BLOCK and len(parts) > 1:
-                parts = [_sorted_unique(np.concatenate(parts))]
-                held = parts[0].size
-    return _sorted_unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
-
-
 def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional[int] = None) -> LocalGraph:
-    """The owned chunks' CSR and the halo they reach, mapped to local ids."""
+    """The owned chunks' CSR and the halo they reach, mapped to local ids. `store` is the chunk
+    store, or a round's worker-local copy of what it needs (local_copy.LocalView: the same
+    chunk_maps, the halo's chunks cut to its rows), which gives the same graph and rows."""
     chunks = list(base) + ([variable] if variable is not None else [])
     hashed = store.bytes_hashed  # a file's first use in this process reads all of it, to check it
     maps = {k: store.chunk_maps(k) for k in chunks}
@@ -153,11 +146,11 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
 
     # Every distinct source, then whether it is owned: its chunk is computed from its id. The only
     # array as long as the local edges is the int32 result.
-    uniq = _distinct([maps[k]["indices"] for k in chunks])
+    uniq = distinct([maps[k]["indices"] for k in chunks])
     assignment = store.assignment
     chunk_u = np.empty(uniq.size, dtype=assignment.dtype)
-    for lo in range(0, uniq.size, _MAP_BLOCK):  # the id hash makes int64 temporaries
-        chunk_u[lo:lo + _MAP_BLOCK] = assignment.chunk_of(uniq[lo:lo + _MAP_BLOCK])
+    for lo in range(0, uniq.size, MAP_BLOCK):  # the id hash makes int64 temporaries
+        chunk_u[lo:lo + MAP_BLOCK] = assignment.chunk_of(uniq[lo:lo + MAP_BLOCK])
     local_u = np.empty(uniq.size, dtype=np.int64)
     owned_u = np.isin(chunk_u, chunks)
     for i, k in enumerate(chunks):
@@ -169,8 +162,8 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
     uniq_t = torch.from_numpy(uniq)
     for i, k in enumerate(chunks):
         src = maps[k]["indices"]  # global ids, memory-mapped
-        for lo in range(0, src.shape[0], _MAP_BLOCK):  # torch's searchsorted uses every thread
-            part = torch.from_numpy(np.array(src[lo:lo + _MAP_BLOCK]))  # a writable copy of one slab
+        for lo in range(0, src.shape[0], MAP_BLOCK):  # torch's searchsorted uses every thread
+            part = torch.from_numpy(np.array(src[lo:lo + MAP_BLOCK]))  # a writable copy of one slab
             pos = torch.searchsorted(uniq_t, part).numpy()
             at = int(edge_offsets[i]) + lo
             indices[at:at + pos.size] = local_u[pos]

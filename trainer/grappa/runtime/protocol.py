@@ -12,11 +12,15 @@ sent, received, fetch bytes sent, received; peak RSS and peak PSS in bytes (memo
 round's local nodes and local edges (for bytes per local edge); the CRC-32 of its parameters
 (replica.check_replicas); then the bytes read from the chunk store in the round so far, in the
 order of STORE_READS (LocalGraph.store_reads: the build's checksum reads and structure, owned and halo
-feature rows, each every read and distinct).
+feature rows, each every read and distinct; then a fetched round's FETCH_COUNTS: the store bytes
+fetched for it, of them ahead, the worker-local folder's bytes, of them the next round's, and the
+background fetch's peak buffers).
 """
 from __future__ import annotations
 
 import torch
+
+from grappa.data.local_graph import FETCH_COUNTS
 
 CMD_ROUND, CMD_EPOCH, CMD_STOP = 1, 2, 3
 CMD_STAGE, CMD_STAGE_END = 4, 5  # RETEXO: set up stage (round field = stage), end it
@@ -24,7 +28,7 @@ CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
 EVAL_STATS_LEN = 9
 STORE_READS = ("verify", "verify_distinct", "structure", "structure_distinct", "own_features", "own_features_distinct",
-               "halo_features", "halo_features_distinct")
+               "halo_features", "halo_features_distinct") + FETCH_COUNTS
 EPOCH_REPORT_LEN = 9 + len(STORE_READS)
 SPLITS = ("train", "val", "test")
 

@@ -195,10 +195,13 @@ class Worker:
         return tuple(ctrl[i].item() for i in range(7))
 
     def run(self) -> None:
+        done = False
         try:
             self.serve()
+            done = True
         finally:
             self.memory.stop()
+            self.shard.close(done)
 
     def serve(self) -> None:
         self.send_eval_layout()

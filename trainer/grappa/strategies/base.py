@@ -21,12 +21,14 @@ import torch
 from torch import Tensor
 
 from grappa.config import TrainConfig
+from grappa.data.local_copy import LocalCopy
 from grappa.data.local_graph import LocalGraph, build_local_graph
+from grappa.data.prefetch import RoundFetcher
 from grappa.data.store.assign import base_chunks
 from grappa.data.store.chunk_store import ChunkStore
 from grappa.models import GNN
 from grappa.strategies.contribution import Contribution
-from grappa.strategies.grappa.rounds import RoundDecision
+from grappa.strategies.grappa.rounds import RoundDecision, round_seed
 from grappa.util.process_memory import release_free_memory
 
 log = logging.getLogger("grappa.runtime.worker")
@@ -61,6 +63,9 @@ class Strategy(ABC):
         self.base = base_chunks(self.index, cfg.partitions, cfg.num_chunks)
         self.graph: Optional[LocalGraph] = None
         self.step = 0
+        # storage.fetch: the round's data read from a worker-local copy (data/prefetch.py)
+        self.fetcher = None if cfg.storage.fetch == "direct" else \
+            RoundFetcher(LocalCopy(store.path, cfg.local_path(rank)))
 
     def variable_chunk(self, decision: RoundDecision) -> Optional[int]:
         """The chunk this worker holds beside its base chunks in `decision`'s round."""
@@ -70,9 +75,17 @@ class Strategy(ABC):
         t0 = time.perf_counter()
         var = self.variable_chunk(decision)
         self.end_round()  # the old round's graph goes before the new one is built
-        self.graph = g = build_local_graph(self.store, self.base, var)
+        owned = self.base + ([var] if var is not None else [])
+        source = self.store if self.fetcher is None else self.fetcher.take(owned)
+        self.graph = g = build_local_graph(source, self.base, var)
         coverage_sum = self.prepare_round(g)
         release_free_memory()
+        if self.fetcher is not None:
+            g.fetch_counts = self.fetcher.counts
+            nxt = self.next_round(decision) if self.cfg.storage.fetch == "prefetch" else None
+            if nxt is not None:  # after the round's own work, so it overlaps training only
+                var_next = self.variable_chunk(nxt)
+                self.fetcher.ahead(self.base + ([var_next] if var_next is not None else []))
         seeds = self.examples()
         log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
                  decision.round, var, g.num_nodes, g.num_halo, g.num_edges,
@@ -80,9 +93,27 @@ class Strategy(ABC):
         return RoundStats(coverage_sum, int(seeds.numel()), g.num_nodes, g.num_halo, g.num_edges,
                           time.perf_counter() - t0)
 
+    def next_round(self, decision: RoundDecision) -> Optional[RoundDecision]:
+        """The round after `decision`'s, as the aggregator (or the operator) will decide it, or
+        None when no round follows: rounds every R epochs that end with the run, or none at all."""
+        r = self.cfg.grappa.rounds
+        if not self.repartitions or (r.every == 0 and r.plateau is None):
+            return None
+        start = decision.effective_epoch + max(r.every, 1)
+        if r.plateau is None and start >= self.cfg.training.epochs:
+            return None
+        t = decision.round + 1
+        return RoundDecision(t, round_seed(self.cfg.grappa.partition_seed, t), start)
+
     def end_round(self) -> None:
         """Drop what the finished round's steps used (a strategy that repartitions extends it)."""
         self.graph = None
+
+    def close(self, done: bool) -> None:
+        """The worker leaves: wait for a background fetch; `done` (the job finished): remove the
+        fetched data, which a resumed worker would otherwise reuse."""
+        if self.fetcher is not None:
+            self.fetcher.close(remove=done)
 
     @abstractmethod
     def prepare_round(self, g: LocalGraph) -> float:

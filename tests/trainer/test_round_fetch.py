@@ -1,0 +1,391 @@
+"""A round's data fetched into worker-local storage (issue 37, part 2): the fetch path's bytes are
+what the store holds for what it fetched, counted against the store's own arrays (np.load of each
+file, the stored chunk_of.npy, independently of the code under test); the local copy gives the
+same local graph and rows as the store; a prefetched round trains the same parameters as one
+fetched on demand; a worker killed mid-fetch resumes and uses nothing half-fetched."""
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import grappa
+from grappa.config import TrainConfig
+from grappa.data.errors import ChunkStoreError
+from grappa.data.local_copy import HALO_FILES, LocalCopy, halo_key
+from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
+from grappa.data.prefetch import RoundFetcher
+from grappa.data.store.assign import base_chunks
+from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.manifest import CHUNK_FILES, chunk_dir
+from grappa.models.model_file import read_meta
+from grappa.runtime.local_job import LocalJob, rank_modules
+from grappa.runtime.zygote import Zygote
+from small_jobs import csbm_job
+
+P, K = 2, 6  # base 3 chunks a worker, a variable chunk, and a halo in the other chunks
+
+
+class StoreArrays:
+    """The store's files as plain arrays, loaded whole (no memory maps, no ChunkStore)."""
+
+    def __init__(self, store_dir: Path):
+        self.dir = Path(store_dir)
+        self.chunk_of = np.load(self.dir / "chunk_of.npy").astype(np.int64)
+
+    def file(self, k: int, name: str) -> np.ndarray:
+        return np.load(self.dir / chunk_dir(k) / name)
+
+    def chunk_bytes(self, chunks) -> int:
+        return sum(self.file(k, name).nbytes for k in chunks for name in CHUNK_FILES)
+
+    def halo(self, owned) -> np.ndarray:
+        sources = np.unique(np.concatenate([self.file(k, "indices.npy") for k in owned]).astype(np.int64))
+        return sources[~np.isin(self.chunk_of[sources], owned)]
+
+    def halo_bytes(self, owned) -> tuple[int, int]:
+        """(index, rows): per chunk the halo reaches its nodes array and the indptr entries at r and
+        r + 1 of each halo row r, each once; the halo's feature rows."""
+        halo = self.halo(owned)
+        index = rows_bytes = 0
+        for k in np.unique(self.chunk_of[halo]):
+            nodes = self.file(k, "nodes.npy")
+            rows = np.searchsorted(nodes, halo[self.chunk_of[halo] == k])
+            index += nodes.nbytes + np.unique(np.r_[rows, rows + 1]).size * self.file(k, "indptr.npy").itemsize
+            rows_bytes += self.file(k, "x.npy")[rows].nbytes
+        return index, rows_bytes
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("round-fetch")
+    cfg = csbm_job(tmp, **{"grappa.chunks": K})
+    return cfg, StoreArrays(Path(cfg.store_dir))
+
+
+def owned_sets():
+    base = base_chunks(0, P, K)
+    others = [k for k in range(K) if k not in base]
+    return base, others[0], others[1]
+
+
+def assert_same_graph(a, b):
+    for name in ("global_ids", "indptr", "indices", "deg", "y", "split"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert (a.num_base, a.num_owned) == (b.num_base, b.num_owned)
+    every = np.arange(a.num_nodes)
+    assert torch.equal(a.features.gather(every), b.features.gather(every))
+
+
+def test_fetch_counts_what_the_store_holds_for_what_it_fetched(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    copy = LocalCopy(cfg.store_path, tmp_path / "local")
+    got = copy.fetch(base + [var])
+    index, rows = arrays.halo_bytes(base + [var])
+    assert (got.chunk_files, got.halo_index, got.halo_rows) == (arrays.chunk_bytes(base + [var]), index, rows)
+    assert rows > 0 and got.memory_peak > 0
+    # the copies are the store's arrays; the halo's rows and degrees are the store's
+    for k in base + [var]:
+        for name in CHUNK_FILES:
+            np.testing.assert_array_equal(np.load(tmp_path / "local" / chunk_dir(k) / name), arrays.file(k, name))
+    h = tmp_path / "local" / halo_key(base + [var])
+    ids = np.load(h / "ids.npy")
+    assert sorted(ids.tolist()) == arrays.halo(base + [var]).tolist()
+    for i in (0, ids.size // 2, ids.size - 1):
+        k = int(arrays.chunk_of[ids[i]])
+        r = np.searchsorted(arrays.file(k, "nodes.npy"), ids[i])
+        np.testing.assert_array_equal(np.load(h / "x.npy")[i], arrays.file(k, "x.npy")[r])
+        ip = arrays.file(k, "indptr.npy")
+        assert np.load(h / "deg.npy")[i] == ip[r + 1] - ip[r]
+    # the next round: the base chunks are there, only the new variable chunk and its halo come
+    nxt = copy.fetch(base + [var2])
+    index2, rows2 = arrays.halo_bytes(base + [var2])
+    assert (nxt.chunk_files, nxt.halo_index, nxt.halo_rows) == (arrays.chunk_bytes([var2]), index2, rows2)
+    assert copy.fetch(base + [var]).total == 0  # already local: nothing read again
+
+
+def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
+    cfg, _ = prepared
+    base, var, _ = owned_sets()
+    copy = LocalCopy(cfg.store_path, tmp_path / "local")
+    copy.fetch(base + [var])
+    direct = build_local_graph(ChunkStore(cfg.store_path), base, var)
+    local = build_local_graph(copy.view(base + [var]), base, var)
+    assert local.num_halo > 0
+    assert_same_graph(direct, local)
+    assert all(local.store_reads()[k] == 0 for k in FETCH_COUNTS)  # nothing wired: zeros
+
+
+def folder_bytes(*dirs: Path) -> int:
+    return sum(f.stat().st_size for d in dirs for f in d.rglob("*") if f.is_file())
+
+
+def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fetches_on_demand(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    var3 = next(k for k in range(K) if k not in base + [var, var2])
+    local = tmp_path / "local"
+    fetcher = RoundFetcher(LocalCopy(cfg.store_path, local))
+    fetcher.take(base + [var])
+    first = fetcher.counts()
+    assert first["fetched"] == arrays.chunk_bytes(base + [var]) + sum(arrays.halo_bytes(base + [var]))
+    assert first["fetched_ahead"] == first["prefetch_disk"] == 0
+    fetcher.ahead(base + [var2])
+    fetcher.close()  # waits for the background fetch, keeps the folder
+    held = fetcher.counts()
+    assert held["prefetch_disk"] == folder_bytes(local / chunk_dir(var2), local / halo_key(base + [var2])) > 0
+    assert held["local_disk"] == folder_bytes(local) and held["prefetch_memory"] > 0
+    fetcher.take(base + [var2])
+    second = fetcher.counts()
+    assert second["fetched"] == second["fetched_ahead"] == \
+        arrays.chunk_bytes([var2]) + sum(arrays.halo_bytes(base + [var2]))
+    assert second["prefetch_disk"] == second["prefetch_memory"] == 0  # nothing fetched ahead since `held`
+    assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var2]} | {halo_key(base + [var2])}
+    fetcher.ahead(base + [var3])
+    fetcher.close()
+    var3_bytes = folder_bytes(local / chunk_dir(var3), local / halo_key(base + [var3]))
+    fetcher.take(base + [var])  # not the round fetched ahead: fetched now, the other evicted
+    third = fetcher.counts()
+    assert third["fetched"] == arrays.chunk_bytes([var]) + sum(arrays.halo_bytes(base + [var]))
+    assert third["fetched_ahead"] == 0
+    assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var]} | {halo_key(base + [var])}
+    # the fetch ahead completed, and was evicted, with no report in between: the next report has
+    # what it held when it completed; the one after it, nothing (no fetch ahead since)
+    assert third["prefetch_disk"] == var3_bytes > 0 and third["prefetch_memory"] > 0
+    fourth = fetcher.counts()
+    assert fourth["prefetch_disk"] == fourth["prefetch_memory"] == 0
+    fetcher.close(remove=True)
+    assert not local.exists()
+
+
+class _FailingCopy(LocalCopy):
+    """A LocalCopy whose fetch of one owned set fails (a full disk, say)."""
+
+    def __init__(self, store, folder, fails):
+        super().__init__(store, folder)
+        self.fails = fails
+
+    def fetch(self, owned, out=None):
+        if list(owned) == self.fails:
+            raise OSError("No space left on device")
+        return super().fetch(owned, out)
+
+
+def test_a_failed_fetch_ahead_is_reported_with_the_round_it_was_for(prepared, tmp_path, caplog):
+    cfg, _ = prepared
+    base, var, var2 = owned_sets()
+    fetcher = RoundFetcher(_FailingCopy(cfg.store_path, tmp_path / "local", fails=base + [var2]))
+    fetcher.take(base + [var])
+    caplog.set_level(logging.WARNING, logger="grappa.data.prefetch")
+    fetcher.ahead(base + [var2])
+    fetcher.take(base + [var])  # another round than the one that failed: fetched now, no error
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fetching round data ahead (chunks {base + [var2]}) failed (No space left on device); this round "
+        f"needs chunks {base + [var]} instead: fetching them now"]
+    caplog.clear()
+    fetcher.ahead(base + [var2])
+    with pytest.raises(OSError, match="No space left"):  # the round that failed: fetched now, fails again
+        fetcher.take(base + [var2])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fetching this round's data (chunks {base + [var2]}) ahead failed (No space left on device); "
+        "fetching it now"]
+    fetcher.close(remove=True)
+
+
+def fetch_job(tmp: Path, fetch: str) -> TrainConfig:
+    return csbm_job(tmp, **{"grappa.chunks": K, "training.mode": "mini-batch", "training.batchSize": 60,
+                            "training.epochs": 3, "training.evalEvery": 3, "grappa.rounds.every": 1,
+                            "storage.fetch": fetch})
+
+
+class _KeptZygote:
+    """A zygote both runs fork their ranks from: LocalJob ends the zygote it is given once its
+    ranks are done; this one stays for the next run (the test ends it). Each rank still gets its
+    own job's env, argv and log (zygote.py); what costs a job is the zygote's import of torch and
+    torch._dynamo (~4 of its ~5.5 CPU-s here), paid once instead of twice."""
+
+    def __init__(self, zygote: Zygote) -> None:
+        self.zygote = zygote
+
+    def log_to(self, path: Path) -> None:
+        self.zygote.log_to(path)
+
+    def start(self, argv, env, log):
+        return self.zygote.start(argv, env, log)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_prefetched_round_trains_the_same_parameters_as_one_fetched_on_demand(tmp_path):
+    runs = {}
+    cfgs = {fetch: fetch_job(tmp_path / fetch, fetch) for fetch in ("on-demand", "prefetch")}
+    threads = LocalJob(cfgs["prefetch"]).threads  # the zygote's env as LocalJob's own would be
+    zygote = Zygote({**os.environ, "OMP_NUM_THREADS": str(threads)}, rank_modules(cfgs["prefetch"]),
+                    tmp_path / "zygote.log")
+    try:
+        for fetch, cfg in cfgs.items():
+            report = LocalJob(cfg, progress=False, zygote=_KeptZygote(zygote)).run()
+            _, state = read_meta(Path(cfg.run_dir) / "model.pt")  # evaluated once, at the end: the last step's
+            runs[fetch] = (report, state)
+            assert not (Path(cfg.run_dir) / "local").exists() or not any((Path(cfg.run_dir) / "local").rglob("*.npy"))
+    finally:
+        zygote.close()
+    (rep_d, state_d), (rep_p, state_p) = runs["on-demand"], runs["prefetch"]
+    assert [h["round"] for h in rep_p["history"]] == [0, 1, 2]
+    assert [h["loss"] for h in rep_p["history"]] == [h["loss"] for h in rep_d["history"]]
+    assert state_p.keys() == state_d.keys()
+    for name in state_p:
+        assert torch.equal(state_p[name], state_d[name]), name
+    for w in range(P):
+        for h_d, h_p in zip(rep_d["history"], rep_p["history"]):
+            d, p = h_d["worker_store_read_bytes"], h_p["worker_store_read_bytes"]
+            assert d["fetched"][w] == p["fetched"][w] > 0  # the same bytes, whenever fetched
+            assert d["fetched_ahead"][w] == 0 and d["prefetch_disk"][w] == 0
+            # rounds 1 and 2 came ahead, during the round before; round 0 had nothing before it
+            assert p["fetched_ahead"][w] == (p["fetched"][w] if h_p["round"] > 0 else 0)
+            assert p["local_disk"][w] >= d["local_disk"][w] > 0
+        # while round 0 trained, round 1's data was held on disk, and the fetch's buffers: in round 0's
+        # report, or, when that fetch completed after it, in round 1's (the first report after a fetch
+        # ahead completes has what it held then, however short the epochs)
+        for kind in ("prefetch_disk", "prefetch_memory"):
+            assert any(h["worker_store_read_bytes"][kind][w] > 0 for h in rep_p["history"][:2]), kind
+    summary = rep_p["store_reads"]
+    assert summary["fetched"] and summary["rounds"][1]["worker_bytes"]["from_store"] == \
+        rep_p["history"][1]["worker_store_read_bytes"]["fetched"]
+    assert summary["peak_held_bytes"]["prefetch_disk"] == [
+        max(h["worker_store_read_bytes"]["prefetch_disk"][w] for h in rep_p["history"]) for w in range(P)]
+
+
+# The killed fetch stalls in the second chunk's copy of this file, after its header: a chunk's fetch
+# writes CHUNK_FILES in their order (local_copy._fetch_chunk), one chunk after the other.
+STALL_FILE = "indptr.npy"
+
+_KILLED_FETCH = """
+import builtins, sys, time
+from grappa.data import local_copy
+store, folder, ready, owned = sys.argv[1], sys.argv[2], sys.argv[3], [int(a) for a in sys.argv[4].split(",")]
+stall_at = int(sys.argv[5])
+real_open, opened = builtins.open, [0]
+
+class Stalling:  # the stall_at-th file opened for writing stops after its header
+    def __init__(self, fh): self.fh = fh
+    def write(self, data):
+        n = self.fh.write(data)
+        if opened[0] == stall_at:
+            self.fh.flush()
+            real_open(ready, "w").close()
+            time.sleep(600)
+        return n
+    def __enter__(self): return self
+    def __exit__(self, *exc): return self.fh.__exit__(*exc)
+
+def stalling_open(path, mode="r", *args, **kwargs):
+    fh = real_open(path, mode, *args, **kwargs)
+    if "w" in mode:
+        opened[0] += 1
+        return Stalling(fh)
+    return fh
+
+local_copy.open = stalling_open
+local_copy.LocalCopy(store, folder).fetch(owned)
+"""
+
+
+def test_a_worker_killed_mid_fetch_resumes_and_uses_nothing_half_fetched(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned = base + [var]
+    folder, ready = tmp_path / "local", tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": str(Path(grappa.__file__).parents[1])}
+    stall_at = len(CHUNK_FILES) + CHUNK_FILES.index(STALL_FILE) + 1  # the second chunk's STALL_FILE
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_FETCH, str(cfg.store_path), str(folder), str(ready),
+                             ",".join(map(str, owned)), str(stall_at)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, "the fetch ended before it was killed"
+            assert time.monotonic() < deadline, "the fetch never reached its second chunk"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    first, second = owned[0], owned[1]
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == sorted([chunk_dir(first), f".tmp-{chunk_dir(second)}-{proc.pid}"])  # half: not renamed
+    half = folder / f".tmp-{chunk_dir(second)}-{proc.pid}" / STALL_FILE
+    assert 0 < half.stat().st_size < (cfg.store_path / chunk_dir(second) / STALL_FILE).stat().st_size
+
+    # resumed: the half-fetched folder is gone, the complete chunk checked and kept, the rest fetched
+    copy = LocalCopy(cfg.store_path, folder)
+    assert not any(p.name.startswith(".tmp-") for p in folder.iterdir())
+    got = copy.fetch(owned)
+    assert got.chunk_files == arrays.chunk_bytes(owned[1:])
+    assert (got.halo_index, got.halo_rows) == arrays.halo_bytes(owned)
+    assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var),
+                      build_local_graph(copy.view(owned), base, var))
+
+    # a complete copy that no longer matches the manifest (or its own record) is fetched again
+    x = folder / chunk_dir(first) / "x.npy"
+    raw = bytearray(x.read_bytes())
+    raw[-1] ^= 0xFF
+    x.write_bytes(bytes(raw))
+    halo_x = folder / halo_key(owned) / "x.npy"
+    halo_x.write_bytes(halo_x.read_bytes()[:-4])
+    again = LocalCopy(cfg.store_path, folder).fetch(owned)
+    assert again.chunk_files == arrays.chunk_bytes([first])
+    assert (again.halo_index, again.halo_rows) == arrays.halo_bytes(owned)
+    np.testing.assert_array_equal(np.load(x), arrays.file(first, "x.npy"))
+
+
+def test_a_halo_record_missing_a_file_is_not_trusted_the_halo_fetched_again(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned = base + [var]
+    folder = tmp_path / "local"
+    LocalCopy(cfg.store_path, folder).fetch(owned)
+    halo = folder / halo_key(owned)
+    record = json.loads((halo / "fetched.json").read_text())
+    assert set(record["files"]) == set(HALO_FILES)
+    del record["files"]["x.npy"]  # a damaged record: x.npy's size and sha256 no longer checked
+    (halo / "fetched.json").write_text(json.dumps(record))
+    x = halo / "x.npy"
+    size = x.stat().st_size
+    x.write_bytes(x.read_bytes()[:-4])
+    again = LocalCopy(cfg.store_path, folder).fetch(owned)  # a resumed worker: checks what it finds
+    assert again.chunk_files == 0  # the chunks' copies are intact
+    assert (again.halo_index, again.halo_rows) == arrays.halo_bytes(owned)
+    assert x.stat().st_size == size
+    assert set(json.loads((halo / "fetched.json").read_text())["files"]) == set(HALO_FILES)
+
+
+def test_a_store_file_that_differs_from_its_manifest_is_refused_nothing_kept(prepared, tmp_path):
+    cfg, _ = prepared
+    base, var, _ = owned_sets()
+    store = tmp_path / "store"
+    shutil.copytree(cfg.store_path, store)
+    x = store / chunk_dir(var) / "x.npy"
+    raw = bytearray(x.read_bytes())
+    raw[-1] ^= 0xFF
+    x.write_bytes(bytes(raw))
+    copy = LocalCopy(store, tmp_path / "local")
+    with pytest.raises(ChunkStoreError, match=rf"{chunk_dir(var)}/x.npy is corrupt \(sha256.*grappa prepare"):
+        copy.fetch(base + [var])
+    assert chunk_dir(var) not in {p.name for p in (tmp_path / "local").iterdir()}
+    assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "local").iterdir())
+
+
+def test_fetching_is_refused_for_a_strategy_that_reads_the_store_directly(tmp_path):
+    with pytest.raises(ValueError, match="storage.fetch 'prefetch'.*strategy: grappa"):
+        TrainConfig.model_validate({"strategy": "full", "storage": {"fetch": "prefetch"}})
+    assert TrainConfig().storage.fetch == "direct"
+    assert TrainConfig.model_validate({"runDir": "r"}).local_path(2) == Path("r/local/rank-2")

@@ -1,0 +1,335 @@
+"""A round's data in worker-local storage: the one path by which a worker fetches from the store.
+
+A round needs its owned chunks (the base chunks and the variable chunk) whole, and its halo: the
+nodes outside them that their in-edges reach, each with its feature row and global in-degree.
+`LocalCopy.fetch(owned)` brings both from the chunk store into the worker's folder (an emptyDir
+in a pod, a scratch folder locally); `view(owned)` serves them to local_graph.build_local_graph in
+the store's place, which builds the same local graph and reads the same rows from them.
+
+Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
+    chunk_files = sum over the chunk files copied whole of their data bytes (manifest data_bytes)
+    halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
+                  indptr entries at r and r + 1 for each halo row r (each entry once)
+    halo_rows   = halo rows x row bytes (num_features x the store's feature itemsize)
+A chunk already copied is not read again: base chunks are fetched once per job.
+
+Nothing half-fetched is used: a copy is written under a `.tmp-` name and renamed into place when
+complete; a worker killed mid-fetch leaves only `.tmp-` entries, removed when the folder is opened
+again. A chunk file's sha256 is checked against the store's manifest while it is copied, and a
+copy found on disk by a new process (a resumed worker) is checked again, size and sha256, before
+use; a halo folder records its owned set, the store's manifest digest and its files' sizes and
+sha256 in fetched.json, checked the same way (a record that does not list exactly HALO_FILES is
+not trusted: the halo is fetched again). Halo rows are a part of their files, so the store's
+whole-file sha256 cannot check them: their files' dtype, shape and size are checked instead.
+
+Folder layout:
+    chunk-<k>/<name>.npy     an owned chunk's file, whole
+    halo-<key>/ids.npy       int64 [h] the halo's global ids, sorted by (chunk, id)
+    halo-<key>/chunk.npy     int32 [h] the chunk of each
+    halo-<key>/deg.npy       int64 [h] global in-degree
+    halo-<key>/x.npy         [h, f] feature rows, in the store's dtype
+    halo-<key>/fetched.json  what the folder was fetched for and each file's size and sha256
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from grappa.data.distinct import MAP_BLOCK, distinct
+from grappa.data.errors import ChunkStoreError
+from grappa.data.store.assign import ChunkAssignment
+from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
+from grappa.util.npy import map_npy
+
+_BLOCK = 1 << 22      # bytes per read when copying a file
+_SLAB = 1 << 23       # bytes of feature rows gathered at once
+_TMP = ".tmp-"
+HALO_FILES = ("ids.npy", "chunk.npy", "deg.npy", "x.npy")
+_FIX = "the store must be re-prepared (delete it and run `grappa prepare`)"
+
+
+@dataclass
+class Fetched:
+    """Store bytes one fetch read (module docstring), and the peak bytes of the arrays it held."""
+
+    chunk_files: int = 0
+    halo_index: int = 0
+    halo_rows: int = 0
+    memory_peak: int = 0
+    memory_now: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.chunk_files + self.halo_index + self.halo_rows
+
+    def hold(self, *arrays: np.ndarray) -> None:
+        """Count arrays the fetch now holds (its index arrays and one slab of rows); numpy's
+        temporaries inside one call are not counted."""
+        self.memory_now += sum(a.nbytes for a in arrays)
+        self.memory_peak = max(self.memory_peak, self.memory_now)
+
+    def drop(self, *arrays: np.ndarray) -> None:
+        self.memory_now -= sum(a.nbytes for a in arrays)
+
+
+def _sha256(path: Path, offset: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while buf := fh.read(_BLOCK):
+            h.update(buf)
+    return h.hexdigest()
+
+
+def halo_key(owned: Sequence[int]) -> str:
+    """The halo folder's name: one per owned set, the same in every process."""
+    return "halo-" + hashlib.sha256(",".join(map(str, sorted(owned))).encode()).hexdigest()[:16]
+
+
+class LocalCopy:
+    """A worker's folder of fetched round data, over the store at `store_path`."""
+
+    def __init__(self, store_path: str | Path, folder: str | Path) -> None:
+        self.store = Path(store_path)
+        self.folder = Path(folder)
+        self.manifest = read_manifest(self.store)
+        self.num_chunks = int(self.manifest["num_chunks"])
+        self.assignment = ChunkAssignment(int(self.manifest["num_nodes"]), self.num_chunks,
+                                          int(self.manifest["seed"]))
+        self.digest = hashlib.sha256((self.store / MANIFEST).read_bytes()).hexdigest()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for entry in self.folder.iterdir():  # a killed fetch's leftovers: never used
+            if entry.name.startswith(_TMP):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        self._checked: set[str] = set()  # entries written or checked by this process
+
+    # -- the store's side ----------------------------------------------------------------------
+    def _entry(self, k: int, name: str) -> dict:
+        return self.manifest["chunks"][k]["files"][name]
+
+    def _store_file(self, k: int, name: str) -> np.ndarray:
+        """Chunk k's store file as a memory map, its dtype, shape and size as the manifest says."""
+        path = self.store / chunk_dir(k) / name
+        e = self._entry(k, name)
+        try:
+            arr = map_npy(path)
+        except (ValueError, OSError) as err:
+            raise ChunkStoreError(f"chunk store file {path} is missing or corrupt ({err}); {_FIX}") from None
+        if arr.dtype.str != e["dtype"] or list(arr.shape) != e["shape"] or \
+                path.stat().st_size - arr.offset != e["data_bytes"]:
+            raise ChunkStoreError(f"chunk store file {path} is corrupt (dtype, shape or size differs "
+                                  f"from manifest.json); {_FIX}")
+        return arr
+
+    def _copy_file(self, k: int, name: str, dst: Path) -> int:
+        """Copy chunk k's file to dst, its data's sha256 checked against the manifest while it
+        is read; returns the data bytes read."""
+        src = self.store / chunk_dir(k) / name
+        offset = self._store_file(k, name).offset
+        h = hashlib.sha256()
+        with open(src, "rb") as fi, open(dst, "wb") as fo:
+            fo.write(fi.read(offset))
+            while buf := fi.read(_BLOCK):
+                h.update(buf)
+                fo.write(buf)
+        if h.hexdigest() != self._entry(k, name)["sha256"]:
+            raise ChunkStoreError(f"chunk store file {src} is corrupt (sha256 differs from manifest.json); {_FIX}")
+        return self._entry(k, name)["data_bytes"]
+
+    # -- fetching -------------------------------------------------------------------------------
+    def fetch(self, owned: Sequence[int], out: Fetched | None = None) -> Fetched:
+        """Bring the owned chunks and their halo into the folder (what is there and intact
+        stays); `out` is filled as it goes, so another thread can watch the bytes it holds."""
+        out = out if out is not None else Fetched()
+        for k in owned:
+            if not self._usable_chunk(k):
+                self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, out))
+        if not self._usable_halo(owned):
+            self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out))
+        return out
+
+    def _atomically(self, name: str, write) -> None:
+        """write(tmp folder), then the folder renamed to `name`: complete, or not there at all."""
+        tmp = self.folder / f"{_TMP}{name}-{os.getpid()}"
+        final = self.folder / name
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            write(tmp)
+            shutil.rmtree(final, ignore_errors=True)  # a stale copy that failed its check
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        # No fsync: a killed process's writes survive in the page cache; a machine crash takes a
+        # pod's emptyDir with it, and a local folder's copies are checked again on reuse.
+        self._checked.add(name)
+
+    def _fetch_chunk(self, k: int, tmp: Path, out: Fetched) -> None:
+        for name in CHUNK_FILES:
+            out.chunk_files += self._copy_file(k, name, tmp / name)
+
+    def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched) -> None:
+        owned = list(owned)
+        # The halo from the owned chunks' local copies, as build_local_graph finds it.
+        uniq = distinct([map_npy(self.folder / chunk_dir(k) / "indices.npy") for k in owned])
+        chunk_u = np.empty(uniq.size, dtype=np.int32)
+        for lo in range(0, uniq.size, MAP_BLOCK):
+            chunk_u[lo:lo + MAP_BLOCK] = self.assignment.chunk_of(uniq[lo:lo + MAP_BLOCK])
+        out.hold(uniq, chunk_u)
+        halo = ~np.isin(chunk_u, owned)
+        ids, chunks = uniq[halo].astype(np.int64), chunk_u[halo]
+        out.drop(uniq, chunk_u)
+        del uniq, chunk_u, halo
+        order = np.lexsort((ids, chunks))
+        ids, chunks = ids[order], chunks[order]
+        deg = np.empty(ids.size, dtype=np.int64)
+        out.hold(ids, chunks, deg)
+        x_dtype = np.dtype(self._entry(owned[0], "x.npy")["dtype"]) if owned else np.dtype(np.float32)
+        nf = int(self.manifest["num_features"])
+        if not ids.size:  # no halo (one worker, or every chunk owned): an empty x.npy
+            np.save(tmp / "x.npy", np.empty((0, nf), dtype=x_dtype))
+        x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \
+            if ids.size else None
+        bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            k = int(chunks[a])
+            nodes = np.array(self._store_file(k, "nodes.npy"))  # read whole: the rows are searched
+            out.hold(nodes)
+            rows = np.searchsorted(nodes, ids[a:b])
+            if rows.size and (rows[-1] >= nodes.size or not np.array_equal(nodes[rows], ids[a:b])):
+                raise ChunkStoreError(f"chunk store file {self.store / chunk_dir(k) / 'nodes.npy'} lacks "
+                                      f"nodes the assignment puts in chunk {k}; {_FIX}")
+            indptr = self._store_file(k, "indptr.npy")
+            at = np.union1d(rows, rows + 1)  # each entry read once
+            ends = indptr[at]
+            deg[a:b] = ends[np.searchsorted(at, rows + 1)] - ends[np.searchsorted(at, rows)]
+            out.halo_index += nodes.nbytes + at.size * indptr.itemsize
+            out.drop(nodes)
+            del nodes
+            x = self._store_file(k, "x.npy")
+            step = max(1, _SLAB // max(1, x.strides[0]))
+            for lo in range(0, rows.size, step):  # ascending rows: sequential reads
+                slab = x[rows[lo:lo + step]]
+                out.hold(slab)
+                x_out[a + lo:a + lo + slab.shape[0]] = slab
+                out.halo_rows += slab.shape[0] * x.strides[0]
+                out.drop(slab)
+        if x_out is not None:
+            x_out.flush()
+            del x_out
+        np.save(tmp / "ids.npy", ids)
+        np.save(tmp / "chunk.npy", chunks.astype(np.int32))
+        np.save(tmp / "deg.npy", deg)
+        out.drop(ids, chunks, deg)
+        files = {name: {"size": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name, 0)}
+                 for name in HALO_FILES}
+        (tmp / "fetched.json").write_text(json.dumps(
+            {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
+
+    # -- checks before use ---------------------------------------------------------------------
+    def _usable_chunk(self, k: int) -> bool:
+        """Chunk k's copy is there and intact (checked once a process: this one wrote it, or a
+        size and sha256 check against the manifest)."""
+        name = chunk_dir(k)
+        d = self.folder / name
+        if name in self._checked:
+            return d.is_dir()
+        if not d.is_dir():
+            return False
+        for f in CHUNK_FILES:
+            e = self._entry(k, f)
+            try:
+                offset = map_npy(d / f).offset
+            except (ValueError, OSError):
+                return False
+            if (d / f).stat().st_size - offset != e["data_bytes"] or _sha256(d / f, offset) != e["sha256"]:
+                return False
+        self._checked.add(name)
+        return True
+
+    def _usable_halo(self, owned: Sequence[int]) -> bool:
+        name = halo_key(owned)
+        d = self.folder / name
+        if name in self._checked:
+            return d.is_dir()
+        try:
+            rec = json.loads((d / "fetched.json").read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(rec, dict) or rec.get("owned") != sorted(owned) or rec.get("store") != self.digest:
+            return False
+        files = rec.get("files")
+        if not isinstance(files, dict) or set(files) != set(HALO_FILES):  # a damaged record: refetch
+            return False
+        for f in HALO_FILES:
+            p, want = d / f, files[f]
+            if not isinstance(want, dict) or not p.is_file() or p.stat().st_size != want.get("size") or \
+                    _sha256(p, 0) != want.get("sha256"):
+                return False
+        self._checked.add(name)
+        return True
+
+    # -- use and upkeep --------------------------------------------------------------------------
+    def view(self, owned: Sequence[int]) -> "LocalView":
+        return LocalView(self, owned)
+
+    def entries(self, owned: Sequence[int]) -> set[str]:
+        """The folder entries an owned set's round reads."""
+        return {chunk_dir(k) for k in owned} | {halo_key(owned)}
+
+    def disk_bytes(self, exclude: set[str] = frozenset()) -> int:
+        """Bytes of the files in the folder (a fetch's `.tmp-` files included), but `exclude`'s."""
+        total = 0
+        for top in os.listdir(self.folder):
+            if top in exclude:
+                continue
+            for root, _, files in os.walk(self.folder / top):
+                for f in files:
+                    try:
+                        total += os.stat(os.path.join(root, f)).st_size
+                    except FileNotFoundError:  # a background fetch renamed or removed it
+                        pass
+        return total
+
+    def evict(self, keep: set[str]) -> None:
+        """Remove every finished entry but `keep`'s (a fetch's `.tmp-` folder is its own)."""
+        for entry in self.folder.iterdir():
+            if entry.name not in keep and not entry.name.startswith(_TMP):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+                self._checked.discard(entry.name)
+
+
+class LocalView:
+    """What build_local_graph reads of the store, served from a LocalCopy: an owned chunk's maps
+    are its copies; any other chunk's are its halo rows only, in ascending id (nodes, x, and an
+    indptr whose differences are their degrees), so a row found by searching nodes is the same
+    node's row, and the degree the same, as in the store."""
+
+    def __init__(self, copy: LocalCopy, owned: Sequence[int]) -> None:
+        self.manifest, self.num_chunks, self.assignment = copy.manifest, copy.num_chunks, copy.assignment
+        self.path = copy.store
+        self.bytes_hashed = 0  # checked when fetched (LocalCopy), nothing read here to check it
+        self.folder, self.owned = copy.folder, set(owned)
+        halo = copy.folder / halo_key(owned)
+        self._halo = {f[:-4]: map_npy(halo / f) for f in HALO_FILES}
+        self._maps: dict[int, dict[str, np.ndarray]] = {}
+
+    def chunk_maps(self, k: int) -> dict[str, np.ndarray]:
+        if k not in self._maps:
+            if k in self.owned:
+                d = self.folder / chunk_dir(k)
+                self._maps[k] = {name[:-4]: map_npy(d / name) for name in CHUNK_FILES}
+            else:
+                h = self._halo
+                a, b = np.searchsorted(h["chunk"], [k, k + 1])
+                deg = np.asarray(h["deg"][a:b])
+                self._maps[k] = {"nodes": h["ids"][a:b], "x": h["x"][a:b],
+                                 "indptr": np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)}
+        return self._maps[k]

@@ -1,0 +1,107 @@
+"""A worker's rounds fetched ahead: the next round's data comes while the current round trains.
+
+The round schedule is known in advance (round t's variable chunk follows from t and the partition
+seed: strategies/grappa/rounds.py), so once round t has its data, `ahead(owned of t + 1)` fetches
+round t + 1's in one background thread (local_copy.LocalCopy.fetch), and round t + 1's `take`
+only waits for what is left of it. A `take` for anything else (a schedule that changed) fetches
+on demand, as `take` does when nothing was fetched ahead (storage.fetch: on-demand).
+
+Bounded: the folder holds at most two rounds' data, the current one's and the next one's (base
+chunks, shared, once), everything else evicted at each `take`; the background fetch holds one
+fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold). `counts()` reports
+per round (local_graph.FETCH_COUNTS): the store bytes fetched for the round, how many of them
+ahead, the folder's bytes, of them the next round's, and the background fetch's peak buffers.
+The last two are what is held when counts() is called, or what a fetch ahead held when it
+completed since the call before, whichever is more: a fetch that starts and completes between
+two epoch reports (or completes after the last report of the round before it) is still seen, by
+the next report, however short the epochs.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from typing import Optional, Sequence
+
+from grappa.data.local_copy import Fetched, LocalCopy, LocalView
+
+log = logging.getLogger("grappa.data.prefetch")
+
+
+class RoundFetcher:
+    def __init__(self, copy: LocalCopy) -> None:
+        self.copy = copy
+        self.current: Optional[list[int]] = None
+        self._round = Fetched()
+        self._round_ahead = 0
+        self._next: Optional[list[int]] = None
+        self._next_fetched = Fetched()
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        # (prefetch_disk, prefetch_memory) of fetches ahead that completed since the last counts()
+        self._completed = (0, 0)
+        self._lock = threading.Lock()
+
+    def take(self, owned: Sequence[int]) -> LocalView:
+        """The round of `owned` starts: its data local (fetched ahead, or now), the rest evicted."""
+        owned = list(owned)
+        self._join()
+        if self._next == owned and self._error is None:
+            self._round, self._round_ahead = self._next_fetched, self._next_fetched.total
+        else:
+            if self._error is not None:  # fetching now raises it again if it was about this round
+                if self._next == owned:
+                    log.warning("fetching this round's data (chunks %s) ahead failed (%s); fetching it now",
+                                owned, self._error)
+                else:
+                    log.warning("fetching round data ahead (chunks %s) failed (%s); this round needs chunks "
+                                "%s instead: fetching them now", self._next, self._error, owned)
+            self._round, self._round_ahead = self.copy.fetch(owned), 0
+        self._next, self._next_fetched, self._error = None, Fetched(), None
+        self.current = owned
+        self.copy.evict(self.copy.entries(owned))
+        return self.copy.view(owned)
+
+    def ahead(self, owned: Sequence[int]) -> None:
+        """Start fetching the next round's data in the background."""
+        owned = list(owned)
+        if owned == self.current or self._thread is not None:
+            return
+        self._next, self._next_fetched = owned, Fetched()
+        fetched = self._next_fetched
+        current = self.copy.entries(self.current) if self.current is not None else set()
+
+        def run() -> None:
+            try:
+                self.copy.fetch(owned, fetched)
+            except BaseException as err:  # noqa: BLE001 - reported by the next take
+                self._error = err
+                return
+            held = (self.copy.disk_bytes(exclude=current), fetched.memory_peak)  # the next round's, whole
+            with self._lock:
+                self._completed = tuple(map(max, self._completed, held))
+        self._thread = threading.Thread(target=run, name="grappa-prefetch", daemon=True)
+        self._thread.start()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def counts(self) -> dict[str, int]:
+        """The current round's local_graph.FETCH_COUNTS, live (the background fetch goes on);
+        prefetch_disk and prefetch_memory at least what a fetch ahead held when it completed
+        since the last call (module docstring)."""
+        current = self.copy.entries(self.current) if self.current is not None else set()
+        with self._lock:
+            (disk, memory), self._completed = self._completed, (0, 0)
+        return {"fetched": self._round.total, "fetched_ahead": self._round_ahead,
+                "local_disk": self.copy.disk_bytes(),
+                "prefetch_disk": max(disk, self.copy.disk_bytes(exclude=current)),
+                "prefetch_memory": max(memory, self._next_fetched.memory_peak)}
+
+    def close(self, remove: bool = False) -> None:
+        """Wait for the background fetch; `remove`: delete the folder (the job is done)."""
+        self._join()
+        if remove:
+            shutil.rmtree(self.copy.folder, ignore_errors=True)
