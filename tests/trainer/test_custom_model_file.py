@@ -31,7 +31,7 @@ def test_model_file_loads_in_a_fresh_process_from_its_code_path_and_not_without_
                                                       model.widths, man, code=model.code), model.state_dict())
     meta = torch.load(path, weights_only=False)
     assert meta["model"]["custom"] == {"factory": "my_gnn:make_stack", "kwargs": {"conv": "sage"},
-                                       "adjacency": "edge-index", "codePath": str(code)}
+                                       "adjacency": "edge-index", "fastDropout": False, "codePath": str(code)}
     assert meta["code"]["module"] == "my_gnn" and len(meta["code"]["sha256"]) == 64
     # the user's class takes the state dict as it is (no prefix)
     assert set(meta["state_dict"]) == set(model.net.state_dict())
