@@ -23,6 +23,13 @@ SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".gz": "csv"
 BATCH_ROWS = 1 << 18
 
 
+def release_arrow_memory() -> None:
+    """Hand Arrow's freed pages back to the system. Its allocator (mimalloc) keeps them for
+    reuse: after staging 30M edges the prepare process held 537 MB with no Arrow buffer alive,
+    184 MB after this, through the whole store pass that follows."""
+    pa.default_memory_pool().release_unused()
+
+
 def _format_of(path: Path) -> Optional[str]:
     name = path.name.lower()
     if name.endswith(".csv.gz") or name.endswith(".csv"):
@@ -147,6 +154,12 @@ class Table:
 
     def batches(self, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
         """The rows of every file in order, `columns` only, at most `batch_rows` rows a batch."""
+        try:
+            yield from self._batches(columns, batch_rows)
+        finally:
+            release_arrow_memory()
+
+    def _batches(self, columns: list[str], batch_rows: int) -> Iterator[Batch]:
         for path in self.files:
             ds = self._dataset(path)
             missing = [c for c in columns if c not in ds.schema.names]

@@ -24,7 +24,7 @@ from grappa.data.sources.base import (
     SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, EdgePart, GraphSource, NodeBlock
 )
 from grappa.data.tables import idmap
-from grappa.data.tables.files import Batch, Table
+from grappa.data.tables.files import Batch, Table, release_arrow_memory
 
 IDS_FILE = "node_ids.parquet"
 SPLIT_CODES = {"train": SPLIT_TRAIN, "val": SPLIT_VAL, "test": SPLIT_TEST}
@@ -240,7 +240,10 @@ class TablesSource(GraphSource):
         if self.label_kind == "string":
             self.label_names = sorted(names)
             self.num_classes = len(self.label_names) or None
-        kept, dangling, rows = self._edges(work, bits, id_type, part_rows, node_runs)
+        try:
+            kept, dangling, rows = self._edges(work, bits, id_type, part_rows, node_runs)
+        finally:
+            release_arrow_memory()
         self.num_edges = kept
         digest = hashlib.sha256()
         with open(ids_path, "rb") as fh:
