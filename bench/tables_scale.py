@@ -34,6 +34,7 @@ RESULTS = ROOT / "docs" / "results"
 RUNS = RESULTS / "scale-tables-runs.json"
 PAGE = RESULTS / "scale.md"
 START, END = "<!-- tables:start -->", "<!-- tables:end -->"
+SKIPPED = "not_measured"  # sizes the disk could not hold, with why
 FEATURES, CLASSES, CHUNKS, BLOCK = 16, 4, 8, 1 << 22
 MARGIN = 8 << 30
 TARGET_EDGES, TARGET_RSS, TARGET_RATE = 100_000_000, 1 << 30, 1e6
@@ -152,7 +153,7 @@ def render(runs: dict) -> None:
                       f"{rate / 1e6:.2f} M edges/s ({'met' if rate >= TARGET_RATE else 'missed'}).**", ""]
         lines += ["| edges | nodes | design | input on disk | peak RSS | wall | edges/s | store on disk | measured |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for key in sorted(runs, key=int):
+        for key in sorted((k for k in runs if k != SKIPPED), key=int):
             r = runs[key]
             for design in ("tables", "arrays"):
                 d = r.get(design)
@@ -161,6 +162,8 @@ def render(runs: dict) -> None:
                 lines.append(f"| {int(key):,} | {r['num_nodes']:,} | {design} | {gib(r['input_bytes'][design])} | "
                              f"{gib(d['peak_rss_bytes'])} | {d['wall_seconds']:.1f} s | "
                              f"{int(key) / d['wall_seconds'] / 1e6:.2f} M | {gib(d['store_bytes'])} | {r['measured']} |")
+        for key, why in sorted(runs.get(SKIPPED, {}).items(), key=lambda kv: int(kv[0])):
+            lines += ["", f"{int(key):,} edges: not measured, {why}."]
         lines.append(END)
     text = PAGE.read_text()
     block = "\n".join(lines) + "\n"
@@ -184,8 +187,13 @@ def main() -> None:
             work.mkdir(parents=True)
             free = shutil.disk_usage(work).free
             if free < need_bytes(e) + MARGIN:
-                print(f"{e:,} edges: needs ~{gib(need_bytes(e))} of disk, {gib(free)} free: not measured")
+                why = (f"needs ~{gib(need_bytes(e))} of disk and {gib(MARGIN)} of margin, "
+                       f"{gib(free)} free on {time.strftime('%Y-%m-%d')}")
+                print(f"{e:,} edges: {why}: not measured")
+                runs.setdefault(SKIPPED, {})[str(e)] = why
+                RUNS.write_text(json.dumps(runs, indent=1))
                 continue
+            runs.get(SKIPPED, {}).pop(str(e), None)
             try:
                 record = write_graph(work / "graph", e)
                 for design in ("tables", "arrays"):
