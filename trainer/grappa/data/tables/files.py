@@ -99,9 +99,10 @@ class Table:
 
     def _dataset(self, path: Path) -> pads.Dataset:
         try:
-            if self.format == "parquet":  # no pre-buffering: it reads ahead whole column chunks
+            if self.format == "parquet":  # no pre-buffering, pages through a buffered stream: it
+                # would otherwise read each column chunk of a row group whole
                 fmt = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(
-                    pre_buffer=False))
+                    pre_buffer=False, use_buffered_stream=True, buffer_size=1 << 20))
                 return pads.dataset(str(path), format=fmt)
             convert = pacsv.ConvertOptions(column_types={c: pa.string() for c in self.string_columns},
                                            strings_can_be_null=True)
@@ -152,6 +153,13 @@ class Table:
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.files)
 
+    def value_at(self, file: str, row: int, column: str) -> object:
+        """`column` of row `row` of `file` (a read of that file up to the row: error paths only)."""
+        for b in self._batches([column], BATCH_ROWS, files=[Path(file)]):
+            if b.first_row <= row < b.first_row + b.data.num_rows:
+                return b.column(column)[row - b.first_row].as_py()
+        raise IndexError(f"{file} has no row {row}")
+
     def batches(self, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
         """The rows of every file in order, `columns` only, at most `batch_rows` rows a batch."""
         try:
@@ -159,8 +167,8 @@ class Table:
         finally:
             release_arrow_memory()
 
-    def _batches(self, columns: list[str], batch_rows: int) -> Iterator[Batch]:
-        for path in self.files:
+    def _batches(self, columns: list[str], batch_rows: int, files: Optional[list[Path]] = None) -> Iterator[Batch]:
+        for path in files or self.files:
             ds = self._dataset(path)
             missing = [c for c in columns if c not in ds.schema.names]
             if missing:

@@ -355,7 +355,8 @@ class TablesSource(GraphSource):
 
     def node_blocks(self, block_rows: int) -> Iterator[NodeBlock]:
         n = self.cfg.nodes
-        cols = list(dict.fromkeys([n.id, *self.feature_columns] + ([n.label] if n.label else [])
+        # not the id column: only an error message names a node, and reads its id then (_node_id)
+        cols = list(dict.fromkeys([*self.feature_columns] + ([n.label] if n.label else [])
                                   + ([n.split] if n.split else [])))
         start = 0
         for b in self.nodes.batches(cols, batch_rows=block_rows):
@@ -384,7 +385,8 @@ class TablesSource(GraphSource):
                 j = int(np.flatnonzero(_np(values.is_null(), bool))[0])
                 raise DatasetError(f"{b.where(j // f)}: feature column {cols[0]!r} has an empty (null) value "
                                    f"at position {j % f}; fill it in (e.g. 0) or drop the row")
-            x = _np(values, np.float64 if pa.types.is_floating(values.type) else np.float64).reshape(-1, f)
+            # float32 as it is (no float64 copy of the block); other types through float64
+            x = _np(values, np.float32 if values.type == pa.float32() else np.float64).reshape(-1, f)
         else:
             parts = []
             for c in cols:
@@ -400,7 +402,11 @@ class TablesSource(GraphSource):
             i = int(np.flatnonzero(~finite)[0])
             raise DatasetError(f"{b.where(i)}: a feature is NaN or infinite; replace it (e.g. 0) or drop "
                                "the row")
-        return x.astype(np.float32)
+        return x.astype(np.float32, copy=False)
+
+    def _node_id(self, b: Batch, i: int) -> object:
+        """The id of row i of `b` (its file read again at that row: the error path only)."""
+        return self.nodes.value_at(b.file, b.first_row + int(i), self.cfg.nodes.id)
 
     def _y(self, b: Batch) -> np.ndarray:
         col = self.cfg.nodes.label
@@ -439,7 +445,7 @@ class TablesSource(GraphSource):
             unlabelled = (split != SPLIT_NONE) & (y < 0)
             if unlabelled.any() and self.labels_required:
                 i = int(np.flatnonzero(unlabelled)[0])
-                node = b.column(n.id)[i].as_py()
+                node = self._node_id(b, i)
                 what = "has no label column" if n.label is None else f"has no label (null in {n.label!r})"
                 raise DatasetError(f"{b.where(i)}: node {node!r} is in split {text[i].as_py()} but {what}; "
                                    "label it, or leave its split empty")
