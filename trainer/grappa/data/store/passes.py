@@ -100,12 +100,14 @@ def edge_pass(part: EdgePart, source_nodes: int, add_inverse: bool, plan: Plan,
               counters: Counters, tag: Optional[str] = None) -> int:
     """Spill one part's edges; returns the number of edges read."""
     n = source_nodes
+    # a block's two directions are written one at a time: holding both doubles a flush's buffers
     spill = RangeSpill(plan.spill, plan.range_bits, plan.id_dtype, tag or f"p{os.getpid()}",
-                       flush_edges=plan.block_edges)
+                       flush_edges=max(1, plan.block_edges // 2))
     read = 0
     for block in part.blocks(plan.block_edges):
         check_edge_ids(block, n)
-        src, dst = block.src.astype(np.int64, copy=False), block.dst.astype(np.int64, copy=False)
+        # in range now, so the store's id dtype holds them: int32 ids halve the pass's buffers
+        src, dst = block.src.astype(plan.id_dtype, copy=False), block.dst.astype(plan.id_dtype, copy=False)
         keep = src != dst
         if not keep.all():
             src, dst = src[keep], dst[keep]

@@ -51,7 +51,7 @@ class RangeSpill:
     def flush(self) -> None:
         if not self._held:
             return
-        src, dst = np.concatenate(self._src), np.concatenate(self._dst)
+        src, dst = _joined(self._src), _joined(self._dst)
         self._src, self._dst, self._held = [], [], 0
         rng = dst - self.base
         rng >>= self.bits
@@ -66,6 +66,11 @@ class RangeSpill:
             with open(self.folder / f"r{r:07d}-{self.tag}.bin", "ab") as fh:
                 fh.write(memoryview(rec[start:ends[r]]).cast("B"))
             start = int(ends[r])
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One array of the parts; a lone part as it is (flush only reads it), saving a block's copy."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _records(dst: np.ndarray, src: np.ndarray, id_dtype: np.dtype) -> np.ndarray:
