@@ -75,7 +75,7 @@ def config(dataset: str, method: str, partitions: int, layers: int, args, work: 
            "training": {"epochs": args.epochs, "lr": args.lr, "seed": seed, "evalEvery": args.eval_every},
            "link": {"splitSeed": 0},
            "checkpoint": {"interval": 0},
-           "runDir": str(work / f"run-{dataset}-{layers}-{method}-{partitions}" + (f"-s{seed}" if seed else "")),
+           "runDir": str(work / (f"run-{dataset}-{layers}-{method}-{partitions}" + (f"-s{seed}" if seed else ""))),
            # one store per dataset and P: the split is seeded (link.splitSeed), the same for every P
            "storeDir": str(work / f"store-{dataset}-{partitions}")}
     if method in VARIANTS:

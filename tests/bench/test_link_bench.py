@@ -89,3 +89,12 @@ def test_seeds_are_averaged_and_their_spread_is_shown(tmp_path):
     assert "| 2 | single-process PyG | 1 | 0.5000 ± 0.0100 (3 seeds) | - | 0.2500 | 0.9000 | 30/31/32 | 0.500 | 0 |" in lines
     row = next(line for line in lines if line.startswith("| 2 | Grappa (correction + rounds) | 4 |"))
     assert row.startswith("| 2 | Grappa (correction + rounds) | 4 | 0.4890 ± 0.0165 (3 seeds) | -0.0110 |")
+
+
+def test_each_seed_runs_in_its_own_run_directory(tmp_path):
+    import argparse
+    link = load("link")
+    args = argparse.Namespace(arch="gcn", hidden=16, dropout=0.0, epochs=2, lr=0.01, eval_every=1)
+    dirs = {seed: link.config("cora", "grappa", 4, 2, args, tmp_path, seed)["runDir"] for seed in (0, 1, 2)}
+    assert dirs[0] == str(tmp_path / "run-cora-2-grappa-4")
+    assert dirs[1] == str(tmp_path / "run-cora-2-grappa-4-s1") and len(set(dirs.values())) == 3
