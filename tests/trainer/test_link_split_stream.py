@@ -110,3 +110,31 @@ def test_the_split_working_memory_is_bounded_by_the_block_not_the_graph(tmp_path
     assert peak_big < 100 * BLOCK + (3 << 20), (peak_small, peak_big)
     # flat as the graph grows 8x (the spill buffer holds one to two blocks, by where blocks fall)
     assert peak_big - peak_small < 64 * BLOCK, (peak_small, peak_big)
+
+
+@pytest.mark.parametrize("undirected", [True, False])
+def test_an_edge_in_two_files_is_named_by_its_first_columns_whatever_the_block(undirected):
+    """The overlap refusal scans the larger file in blocks (the store's train.npy at load): it
+    names the first column of the later file whose edge the earlier one has, and that edge's
+    first column there, as a straightforward search does."""
+    from grappa.data.errors import DatasetError
+    from grappa.data.link.edge_check import check_edges
+    rng = np.random.default_rng(1)
+    n = 30
+    for trial in range(20):
+        a, b = rng.integers(0, n, (2, int(rng.integers(1, 60)))), rng.integers(0, n, (2, int(rng.integers(1, 60))))
+        norm = (lambda e: (min(e), max(e))) if undirected else tuple
+        first_a = {}
+        for j in range(a.shape[1]):
+            first_a.setdefault(norm(a[:, j].tolist()), j)
+        hits = [(c, first_a[norm(b[:, c].tolist())]) for c in range(b.shape[1]) if norm(b[:, c].tolist()) in first_a]
+        for block in (1, 3, 1 << 20):
+            arrays = {"train": a, "val": b} if trial % 2 else {"train": b[:, :0], "val": a, "test": b}
+            later, earlier = ("val", "train") if trial % 2 else ("test", "val")
+            if not hits:
+                check_edges(arrays, n, undirected, "link", block=block)
+                continue
+            col, j = hits[0]
+            with pytest.raises(DatasetError, match=rf"link/{later}\.npy: edge {col} \(column {col}\), .* is also "
+                                                   rf"edge {j} of link/{earlier}\.npy"):
+                check_edges(arrays, n, undirected, "link", block=block)

@@ -41,6 +41,7 @@ import numpy as np
 
 from grappa.data.errors import ChunkStoreError, DatasetError
 from grappa.data.link.columns import ColumnsWriter
+from grappa.data.link.edge_check import check_edges
 from grappa.data.link.edge_keys import EdgeKeys, edge_keys, record_keys
 from grappa.data.link.message import TrainEdgesSource
 from grappa.data.link.negatives import eval_negatives, shared_negatives, write_eval_negatives
@@ -115,43 +116,6 @@ def _split_files(keys: EdgeKeys, val_fraction: float, test_fraction: float, seed
             if sel.any():
                 w.append(src[sel], dst[sel])
     return {SUPERVISION[code]: w.close() for code, w in writers.items()}
-
-
-def check_edges(arrays: dict[str, np.ndarray], num_nodes: int, undirected: bool,
-                where: str, overlap: bool = True) -> None:
-    """Refuse supervision edges that cannot be right, naming the file, the edge (its column) and
-    the fix: a shape other than [2, E], a node id out of range, an edge in two splits (either
-    direction, when the graph is undirected)."""
-    seen: list[tuple[str, np.ndarray, np.ndarray]] = []  # (name, sorted keys, their columns)
-    for name, e in arrays.items():
-        file = f"{where}/{name}" if "." in name else f"{where}/{name}.npy"
-        if e.ndim != 2 or e.shape[0] != 2:
-            raise DatasetError(f"{file}: expected a [2, E] array of (source, destination) rows, "
-                               f"found shape {list(e.shape)}; write sources in row 0, destinations in row 1")
-        bad = np.flatnonzero((e < 0).any(axis=0) | (e >= num_nodes).any(axis=0))
-        if bad.size:
-            col = int(bad[0])
-            raise DatasetError(f"{file}: edge {col} (column {col}) is ({int(e[0, col])}, "
-                               f"{int(e[1, col])}), a node id outside [0, {num_nodes}); fix or remove "
-                               "that edge (ids are the graph's node ids)")
-        src, dst = e[0].astype(np.int64), e[1].astype(np.int64)
-        if undirected:
-            src, dst = np.minimum(src, dst), np.maximum(src, dst)
-        keys = _keys(src, dst, num_nodes)
-        if not overlap:  # a dataset's own split (OGB's), taken as published
-            continue
-        for prev_name, prev_keys, prev_cols in seen:
-            hit = np.flatnonzero(np.isin(keys, prev_keys))
-            if hit.size:
-                col = int(hit[0])
-                j = int(prev_cols[np.searchsorted(prev_keys, keys[col])])
-                raise DatasetError(
-                    f"{file}: edge {col} (column {col}), ({int(e[0, col])}, {int(e[1, col])}), is "
-                    f"also edge {j} of {where}/{prev_name if '.' in prev_name else prev_name + '.npy'}; an "
-                    "edge belongs to one split only: "
-                    "remove it from one of the two files")
-        order = np.argsort(keys, kind="stable")
-        seen.append((name, keys[order], order))
 
 
 # -- the store's link files ------------------------------------------------------------------
@@ -391,7 +355,7 @@ class LinkEdges:
                 raise ChunkStoreError(f"{path} has shape {list(arr.shape)}, the manifest says "
                                       f"{shape}; delete {store_path} and prepare it again")
             self.arrays[stem] = arr
-        check_edges({s: np.asarray(self.arrays[s]) for s in SUPERVISION},
+        check_edges({s: self.arrays[s] for s in SUPERVISION},
                     int(manifest["num_nodes"]), self.undirected, str(folder),
                     overlap=not entry.get("splits_may_overlap"))
 
