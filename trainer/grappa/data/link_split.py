@@ -127,9 +127,11 @@ def _saved(out: Path, stem: str, arr: np.ndarray) -> tuple[list[int], str]:
     return list(arr.shape), hashlib.sha256(arr).hexdigest()  # of the data: part of the store's fingerprint
 
 
-def _entry(files: dict[str, tuple[list[int], str]], undirected: bool, overlap_checked: bool) -> dict:
-    """The manifest's "link" entry of the written files."""
+def _entry(files: dict[str, tuple[list[int], str]], undirected: bool, overlap_checked: bool,
+           **counts: int) -> dict:
+    """The manifest's "link" entry of the written files (`counts`: what the split counted)."""
     return {"link": {"undirected": undirected, **({} if overlap_checked else {"splits_may_overlap": True}),
+                     **counts,
                      "files": {stem: shape for stem, (shape, _) in files.items()},
                      "sha256": {stem: sha for stem, (_, sha) in files.items()}}}
 
@@ -278,7 +280,8 @@ def _seeded(source, lk, out: Path, work: Path, block: int) -> tuple[object, dict
         files[f"{s}_shared_neg"] = _saved(out, f"{s}_shared_neg",
                                           shared_negatives(keys, lk.shared_negatives, lk.split_seed, s, block))
     return TrainEdgesSource(source, out / "train.npy", keys.undirected, SOURCE_ATTRS), \
-        _entry(files, keys.undirected, overlap_checked=True)
+        _entry(files, keys.undirected, overlap_checked=True, listed_edges=keys.listed,
+               candidates=keys.candidates_count)
 
 
 def _given(source, lk, given: GivenSplit, out: Path, work: Path, block: int) -> tuple[object, dict]:
