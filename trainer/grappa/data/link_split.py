@@ -42,13 +42,14 @@ import numpy as np
 from grappa.data.errors import ChunkStoreError, DatasetError
 from grappa.data.link.columns import ColumnsWriter
 from grappa.data.link.edge_check import check_edges
-from grappa.data.link.edge_keys import EdgeKeys, edge_keys, record_keys
+from grappa.data.link.edge_keys import Count, EdgeKeys, edge_keys, record_keys
 from grappa.data.link.message import TrainEdgesSource
 from grappa.data.link.negatives import eval_negatives, shared_negatives, write_eval_negatives
 from grappa.data.link.ranking import TEST, TRAIN, VAL, assign, find_cuts
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
 from grappa.data.sources.in_memory import MemoryEdges
 from grappa.data.store.manifest import LINK_DIR
+from grappa.data.store.prepare_progress import PhaseBar
 from grappa.util.npy import map_npy
 
 SUPERVISION = ("train", "val", "test")
@@ -254,24 +255,27 @@ def _check_ids(a: np.ndarray, n: int, file: str, unit: str) -> None:
 
 
 def split_source(source, lk, given: Optional[GivenSplit], staging: Path, work: Path,
-                 block_edges: int) -> tuple[object, dict]:
+                 block_edges: int, progress: bool = False) -> tuple[object, dict]:
     """Write the link files into `staging/link/`; returns the source with its val/test edges
     removed from message passing and the manifest's "link" entry. The split is the seeded one
     of the graph's edges, or `given` (the dataset's own files). `work`: temporary files;
-    `block_edges` (prepare.blockEdges) bounds the memory, as it does the store's passes."""
+    `block_edges` (prepare.blockEdges) bounds the memory, as it does the store's passes;
+    `progress`: a bar over the edges read (the split's longest part)."""
     out = Path(staging) / LINK_DIR
     out.mkdir(parents=True, exist_ok=True)
     work = Path(work) / "link-split"
+    count = Count()
     try:
-        if given is None:
-            return _seeded(source, lk, out, work, block_edges)
-        return _given(source, lk, given, out, work, block_edges)
+        with PhaseBar("prepare: link split", int(source.num_edges), count, progress):
+            if given is None:
+                return _seeded(source, lk, out, work, block_edges, count)
+            return _given(source, lk, given, out, work, block_edges, count)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _seeded(source, lk, out: Path, work: Path, block: int) -> tuple[object, dict]:
-    keys = edge_keys(source, work, block)
+def _seeded(source, lk, out: Path, work: Path, block: int, count: Count) -> tuple[object, dict]:
+    keys = edge_keys(source, work, block, count=count)
     files = _split_files(keys, lk.val_fraction, lk.test_fraction, lk.split_seed, out, block)
     n = keys.num_nodes
     for s in EVALUATED:
@@ -284,7 +288,8 @@ def _seeded(source, lk, out: Path, work: Path, block: int) -> tuple[object, dict
                candidates=keys.candidates_count)
 
 
-def _given(source, lk, given: GivenSplit, out: Path, work: Path, block: int) -> tuple[object, dict]:
+def _given(source, lk, given: GivenSplit, out: Path, work: Path, block: int,
+           count: Count) -> tuple[object, dict]:
     n = int(source.num_nodes)
     named = {given.files[s]: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
     check_edges(named, n, True, given.where, overlap=False)  # shapes and ids before the graph is read
@@ -292,7 +297,7 @@ def _given(source, lk, given: GivenSplit, out: Path, work: Path, block: int) -> 
     if given.held_out_in_graph:
         ev = [np.asarray(given.edges[s], dtype=np.int64) for s in EVALUATED]
         held = {u: np.unique(np.concatenate([_canonical_keys(e, n, u) for e in ev])) for u in (True, False)}
-    keys = edge_keys(source, work, block, held)
+    keys = edge_keys(source, work, block, held, count)
     undirected = keys.undirected
     files = _given_files(given, keys, out, lk, block)
     if held is not None:
@@ -308,8 +313,9 @@ class LinkSplitSource(GraphSource):
     written into the staging folder and their manifest entry is returned with the source's own.
     Until then it reports the wrapped source's metadata; its passes read the split source."""
 
-    def __init__(self, source: GraphSource, lk, given: Optional[GivenSplit] = None) -> None:
-        self.source, self.lk, self.given = source, lk, given
+    def __init__(self, source: GraphSource, lk, given: Optional[GivenSplit] = None,
+                 progress: bool = False) -> None:
+        self.source, self.lk, self.given, self.progress = source, lk, given, progress
         self._take(source)
 
     def _take(self, source: GraphSource) -> None:
@@ -318,7 +324,8 @@ class LinkSplitSource(GraphSource):
 
     def stage(self, staging: Path, work: Path, block_edges: int) -> dict:
         staged = self.source.stage(staging, work, block_edges)
-        self.source, entry = split_source(self.source, self.lk, self.given, staging, work, block_edges)
+        self.source, entry = split_source(self.source, self.lk, self.given, staging, work, block_edges,
+                                          self.progress)
         self.given = None  # its arrays are in the link files now: never sent to the worker processes
         self._take(self.source)
         return {**staged, **entry}
@@ -330,9 +337,9 @@ class LinkSplitSource(GraphSource):
         return self.source.node_blocks(block_rows)
 
 
-def link_source(source, lk, given: Optional[GivenSplit] = None) -> LinkSplitSource:
+def link_source(source, lk, given: Optional[GivenSplit] = None, progress: bool = False) -> LinkSplitSource:
     """The source for a link-prediction store: split when the store's prepare stages it."""
-    return LinkSplitSource(source, lk, given)
+    return LinkSplitSource(source, lk, given, progress)
 
 
 class LinkEdges:

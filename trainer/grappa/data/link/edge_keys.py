@@ -120,7 +120,14 @@ class EdgeKeys:
         return out
 
 
-def edge_keys(source, work: Path, block_edges: int, held: Optional[dict] = None) -> EdgeKeys:
+class Count:
+    """Edges read so far (a progress bar's counter; one writer)."""
+
+    value = 0
+
+
+def edge_keys(source, work: Path, block_edges: int, held: Optional[dict] = None,
+              count: Optional[Count] = None) -> EdgeKeys:
     """Stream the source's edges (ids checked naming the file and row) into keys.bin under
     `work`. `held`: sorted keys of held-out edges by mode (True: c, False: src * n + dst), whose
     listed occurrences are counted (the store's edge count without them)."""
@@ -140,6 +147,8 @@ def edge_keys(source, work: Path, block_edges: int, held: Optional[dict] = None)
                 dst = np.asarray(big.dst[lo:lo + block_edges], np.int64)
                 _check_ids(src, dst, n, big.origin, big.first_row + lo)
                 out.listed += src.size
+                if count is not None:
+                    count.value = out.listed
                 if held:
                     _count_held(out, src, dst, n, held)
                 keep = src != dst
