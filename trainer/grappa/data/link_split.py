@@ -241,7 +241,8 @@ def _given_files(given: GivenSplit, keys: EdgeKeys, out: Path, lk, block: int) -
         else:
             shared = shared_negatives(keys, lk.shared_negatives, lk.split_seed, s, block, extra,
                                       extra.size * (2 if undirected else 1))
-        files[f"{s}_neg"], files[f"{s}_shared_neg"] = _saved(out, f"{s}_neg", neg), _saved(out, f"{s}_shared_neg", shared)
+        files[f"{s}_neg"] = _saved(out, f"{s}_neg", neg)
+        files[f"{s}_shared_neg"] = _saved(out, f"{s}_shared_neg", shared)
     return files
 
 
