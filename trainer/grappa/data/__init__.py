@@ -13,7 +13,7 @@ step runs on -> the feature rows they read.
 | blocks: what one layer runs on, cut for the seeds or sampled | `blocks.py`, `sampling/` |
 | feature rows, read from the store's memory maps on demand | `feature_rows.py` |
 | per-layer row files of every node (layer-wise inference, exact evaluation) | `rowfiles.py` |
-| link prediction's edge split: message-passing vs supervision edges, the evaluation's negatives (in the store's `link/`) | `link_split.py` |
+| link prediction's edge split: message-passing vs supervision edges, the evaluation's negatives (in the store's `link/`) | `link_split.py` (`link/`: its out-of-core pieces: sorted edge keys, the seeded rank, the files, the negatives) |
 
 May import: `grappa.config`, `grappa.util`. A new data source is one module in `sources/`
 (streaming) opened by `sources.open_source`; the store, the workers and inference read it unchanged.

@@ -1,20 +1,23 @@
 """The link split: which edges carry messages and which ones the model is asked to predict.
 
 Made once, when the store is prepared (`task: link-prediction`), with PyG `RandomLinkSplit`'s
-semantics:
+semantics, out of core (data/link/: the graph is never held in memory):
 
 - The candidate edges are the graph's distinct edges without self-loops. A graph is undirected
   when every edge's reverse is present too; then each undirected edge {u, v} is one candidate,
-  written (min, max), and both of its directions go wherever it goes.
-- A seeded permutation of the candidates cuts them in order: the first m - n_val - n_test are
-  training edges, the next n_val = int(valFraction * m) validation edges, the last
-  n_test = int(testFraction * m) test edges (RandomLinkSplit's order and rounding).
-- Message passing uses the training edges only (both directions when undirected): a validation
-  or test edge never reaches the chunk store's CSR, so no layer can see the edge it is asked to
-  score. Training and evaluation run on that same graph (RandomLinkSplit's test graph also adds
-  the validation edges; we do not).
+  written (min, max), and both of its directions go wherever it goes. The distinct edges come
+  from an external sort in ranges (link/edge_keys.py, on the store's spill files).
+- A seeded order of the candidates (a keyed hash, link/ranking.py) is cut as RandomLinkSplit cuts
+  its permutation: n_val = int(valFraction * m) validation edges, n_test = int(testFraction * m)
+  test edges, the other m - n_val - n_test training edges. The choice depends on the seed and
+  the graph only, never on block sizes, memory or process counts. Each file lists its edges in
+  ascending (source, destination) order (directed: by (min, max, direction)).
+- Message passing uses the training edges only (both directions when undirected): the store
+  reads them from train.npy (link/message.py), so a validation or test edge never reaches the
+  chunk store's CSR and no layer can see the edge it is asked to score. Training and evaluation
+  run on that same graph (RandomLinkSplit's test graph also adds the validation edges; we do not).
 
-The evaluation's negatives are drawn here too, seeded, and kept in the store:
+The evaluation's negatives are drawn here too, seeded, and kept in the store (link/negatives.py):
 `<split>_neg.npy` [E, k] (k = link.evalNegatives corrupted destinations per positive, uniform
 over all nodes: ogbl-citation2's protocol for MRR) and `<split>_shared_neg.npy` [2, N] (one set of
 N = link.sharedNegatives pairs, uniform, not an edge of the graph in either split: ogbl-collab's
@@ -22,11 +25,14 @@ protocol for Hits@K, and what AUC is measured against).
 
 Files, in `<storeDir>/link/`: `train.npy`, `val.npy`, `test.npy` [2, E] int64 global ids, and the
 negatives above; `manifest.json`'s "link" entry records their shapes and the sha256 of their
-data (models.model_file.store_fingerprint covers them). Torch-free.
+data (models.model_file.store_fingerprint covers them). Working memory is O(prepare.blockEdges)
+for the seeded split; a given split (edge files) is held in memory as its files are. Torch-free.
 """
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -34,13 +40,21 @@ from typing import Callable, Optional
 import numpy as np
 
 from grappa.data.errors import ChunkStoreError, DatasetError
+from grappa.data.link.columns import ColumnsWriter
+from grappa.data.link.edge_check import check_edges
+from grappa.data.link.edge_keys import Count, EdgeKeys, edge_keys, record_keys
+from grappa.data.link.message import TrainEdgesSource
+from grappa.data.link.negatives import eval_negatives, shared_negatives, write_eval_negatives
+from grappa.data.link.ranking import TEST, TRAIN, VAL, assign, find_cuts
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
+from grappa.data.sources.in_memory import MemoryEdges
 from grappa.data.store.manifest import LINK_DIR
+from grappa.data.store.prepare_progress import PhaseBar
 from grappa.util.npy import map_npy
 
 SUPERVISION = ("train", "val", "test")
 EVALUATED = ("val", "test")
-_NEG_STREAM, _SHARED_STREAM = 1, 2  # seed streams of the negatives, apart from the split's (0)
+DEFAULT_BLOCK = 1 << 22  # edges per block when no prepare.blockEdges is given (split_edges)
 
 
 @dataclass
@@ -56,129 +70,71 @@ def _keys(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     return src.astype(np.int64) * np.int64(n) + dst.astype(np.int64)
 
 
-def is_undirected(edge_index: np.ndarray, num_nodes: int) -> bool:
-    """Every edge's reverse is present (self-loops aside)."""
-    src, dst = edge_index[0], edge_index[1]
-    keep = src != dst
-    fwd = np.unique(_keys(src[keep], dst[keep], num_nodes))
-    rev = np.unique(_keys(dst[keep], src[keep], num_nodes))
-    return fwd.size == rev.size and bool(np.array_equal(fwd, rev))
+class _EdgeList(GraphSource):
+    """Edges in memory as a source (split_edges)."""
+
+    def __init__(self, edge_index: np.ndarray, num_nodes: int) -> None:
+        self.name, self.num_nodes, self.num_features = "edge_index", int(num_nodes), 0
+        self.edge_index = np.asarray(edge_index, dtype=np.int64)
+        self.num_edges, self.add_inverse_edges = int(self.edge_index.shape[1]), False
+
+    def edge_parts(self, parts: int):
+        return [MemoryEdges(self.edge_index[0], self.edge_index[1])]
+
+    def node_blocks(self, block_rows: int):
+        return iter(())
 
 
 def split_edges(edge_index: np.ndarray, num_nodes: int, val_fraction: float, test_fraction: float,
-                seed: int) -> LinkSplit:
-    """The seeded split of `edge_index` [2, E] (any order, duplicates allowed)."""
-    n = int(num_nodes)
-    src, dst = np.asarray(edge_index[0], dtype=np.int64), np.asarray(edge_index[1], dtype=np.int64)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    undirected = is_undirected(np.stack([src, dst]), n)
-    if undirected:
-        src, dst = np.minimum(src, dst), np.maximum(src, dst)
-    keys = np.unique(_keys(src, dst, n))  # sorted distinct candidates: the order is the graph's
-    m = keys.size
+                seed: int, block_edges: int = DEFAULT_BLOCK) -> LinkSplit:
+    """The seeded split of `edge_index` [2, E] (any order, duplicates allowed), in memory: what
+    the store's prepare writes for the same graph and seed."""
+    with tempfile.TemporaryDirectory(prefix="grappa-split-") as tmp:
+        keys = edge_keys(_EdgeList(edge_index, num_nodes), Path(tmp) / "keys", block_edges)
+        _split_files(keys, val_fraction, test_fraction, seed, Path(tmp), block_edges)
+        train, val, test = (np.load(Path(tmp) / f"{s}.npy") for s in SUPERVISION)
+    message = np.concatenate([train, train[::-1]], axis=1) if keys.undirected else train
+    return LinkSplit(message, train, val, test, keys.undirected)
+
+
+def _split_files(keys: EdgeKeys, val_fraction: float, test_fraction: float, seed: int, out: Path,
+                 block: int) -> dict[str, tuple[list[int], str]]:
+    """train.npy, val.npy, test.npy of the candidates in `keys`, written block by block into
+    `out`; their shapes and data sha256 by stem."""
+    m = keys.candidates_count
     n_val, n_test = int(val_fraction * m), int(test_fraction * m)
     if m - n_val - n_test < 1:
         raise DatasetError(f"the graph has {m} candidate edges: link.valFraction and "
                            "link.testFraction leave none for training; lower them")
-    perm = np.random.default_rng([seed, 0]).permutation(m)
-    cand = np.stack([keys // n, keys % n])
-    n_train = m - n_val - n_test
-    train = cand[:, np.sort(perm[:n_train])]
-    val = cand[:, perm[n_train:n_train + n_val]]
-    test = cand[:, perm[n_train + n_val:]]
-    message = np.concatenate([train, train[::-1]], axis=1) if undirected else train
-    return LinkSplit(message, train, val, test, undirected)
-
-
-def eval_negatives(pos: np.ndarray, num_nodes: int, k: int, seed: int, split: str) -> np.ndarray:
-    """[E, k] corrupted destinations per positive, uniform over all nodes (ogbl-citation2)."""
-    rng = np.random.default_rng([seed, _NEG_STREAM, SUPERVISION.index(split)])
-    return rng.integers(0, num_nodes, size=(pos.shape[1], k), dtype=np.int64)
-
-
-def shared_negatives(edge_index: np.ndarray, num_nodes: int, count: int, seed: int,
-                     split: str, undirected: bool) -> np.ndarray:
-    """[2, count] uniform pairs (u != v) that are no edge of the whole graph (any split; either
-    direction when undirected)."""
-    n = int(num_nodes)
-    src, dst = np.asarray(edge_index[0], np.int64), np.asarray(edge_index[1], np.int64)
-    known = np.unique(np.concatenate([_keys(src, dst, n)] + ([_keys(dst, src, n)] if undirected else [])))
-    if known.size >= n * (n - 1) - count:
-        raise DatasetError(f"the graph has too few non-edges for link.sharedNegatives ({count}): "
-                           "lower it")
-    rng = np.random.default_rng([seed, _SHARED_STREAM, SUPERVISION.index(split)])
-    out = np.empty((2, 0), dtype=np.int64)
-    while out.shape[1] < count:
-        want = 2 * (count - out.shape[1]) + 16
-        a, b = rng.integers(0, n, size=want), rng.integers(0, n, size=want)
-        k = _keys(a, b, n)
-        ok = (a != b) & ~np.isin(k, known)
-        out = np.concatenate([out, np.stack([a[ok], b[ok]])], axis=1)
-    return out[:, :count]
-
-
-def check_edges(arrays: dict[str, np.ndarray], num_nodes: int, undirected: bool,
-                where: str, overlap: bool = True) -> None:
-    """Refuse supervision edges that cannot be right, naming the file, the edge (its column) and
-    the fix: a shape other than [2, E], a node id out of range, an edge in two splits (either
-    direction, when the graph is undirected)."""
-    seen: list[tuple[str, np.ndarray, np.ndarray]] = []  # (name, sorted keys, their columns)
-    for name, e in arrays.items():
-        file = f"{where}/{name}" if "." in name else f"{where}/{name}.npy"
-        if e.ndim != 2 or e.shape[0] != 2:
-            raise DatasetError(f"{file}: expected a [2, E] array of (source, destination) rows, "
-                               f"found shape {list(e.shape)}; write sources in row 0, destinations in row 1")
-        bad = np.flatnonzero((e < 0).any(axis=0) | (e >= num_nodes).any(axis=0))
-        if bad.size:
-            col = int(bad[0])
-            raise DatasetError(f"{file}: edge {col} (column {col}) is ({int(e[0, col])}, "
-                               f"{int(e[1, col])}), a node id outside [0, {num_nodes}); fix or remove "
-                               "that edge (ids are the graph's node ids)")
-        src, dst = e[0].astype(np.int64), e[1].astype(np.int64)
-        if undirected:
-            src, dst = np.minimum(src, dst), np.maximum(src, dst)
-        keys = _keys(src, dst, num_nodes)
-        if not overlap:  # a dataset's own split (OGB's), taken as published
-            continue
-        for prev_name, prev_keys, prev_cols in seen:
-            hit = np.flatnonzero(np.isin(keys, prev_keys))
-            if hit.size:
-                col = int(hit[0])
-                j = int(prev_cols[np.searchsorted(prev_keys, keys[col])])
-                raise DatasetError(
-                    f"{file}: edge {col} (column {col}), ({int(e[0, col])}, {int(e[1, col])}), is "
-                    f"also edge {j} of {where}/{prev_name if '.' in prev_name else prev_name + '.npy'}; an "
-                    "edge belongs to one split only: "
-                    "remove it from one of the two files")
-        order = np.argsort(keys, kind="stable")
-        seen.append((name, keys[order], order))
+    cuts = find_cuts(keys.candidates(block), keys.candidates(block), (n_val, n_val + n_test), seed)
+    sizes = {TRAIN: m - n_val - n_test, VAL: n_val, TEST: n_test}
+    writers = {code: ColumnsWriter(out / f"{SUPERVISION[code]}.npy", sizes[code]) for code in (TRAIN, VAL, TEST)}
+    for ids in keys.candidates(block):
+        label = assign(ids, cuts, seed)
+        src, dst = keys.edges_of(ids)
+        for code, w in writers.items():
+            sel = label == code
+            if sel.any():
+                w.append(src[sel], dst[sel])
+    return {SUPERVISION[code]: w.close() for code, w in writers.items()}
 
 
 # -- the store's link files ------------------------------------------------------------------
 
-def link_files(split: LinkSplit, original: np.ndarray, num_nodes: int, lk) -> dict[str, np.ndarray]:
-    """Every array `<storeDir>/link/` holds, by file stem."""
-    files = {"train": split.train, "val": split.val, "test": split.test}
-    for s in EVALUATED:
-        files[f"{s}_neg"] = eval_negatives(files[s], num_nodes, lk.eval_negatives, lk.split_seed, s)
-        files[f"{s}_shared_neg"] = shared_negatives(original, num_nodes, lk.shared_negatives,
-                                                    lk.split_seed, s, split.undirected)
-    return files
+def _saved(out: Path, stem: str, arr: np.ndarray) -> tuple[list[int], str]:
+    """An in-memory array written as `out/<stem>.npy`: its shape and data sha256."""
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    np.save(out / f"{stem}.npy", arr)
+    return list(arr.shape), hashlib.sha256(arr).hexdigest()  # of the data: part of the store's fingerprint
 
 
-def write_link_files(folder: Path, files: dict[str, np.ndarray], undirected: bool,
-                     overlap_checked: bool = True) -> dict:
-    """Writes the arrays into `folder/link/`; returns the manifest's "link" entry."""
-    out = Path(folder) / LINK_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    digests = {}
-    for stem, arr in files.items():
-        arr = np.ascontiguousarray(arr, dtype=np.int64)
-        np.save(out / f"{stem}.npy", arr)
-        digests[stem] = hashlib.sha256(arr).hexdigest()  # of the data: part of the store's fingerprint
+def _entry(files: dict[str, tuple[list[int], str]], undirected: bool, overlap_checked: bool,
+           **counts: int) -> dict:
+    """The manifest's "link" entry of the written files (`counts`: what the split counted)."""
     return {"link": {"undirected": undirected, **({} if overlap_checked else {"splits_may_overlap": True}),
-                     "files": {stem: list(arr.shape) for stem, arr in files.items()}, "sha256": digests}}
+                     **counts,
+                     "files": {stem: shape for stem, (shape, _) in files.items()},
+                     "sha256": {stem: sha for stem, (_, sha) in files.items()}}}
 
 
 @dataclass
@@ -191,28 +147,6 @@ class GivenSplit:
     where: str                        # the folder they are in (errors)
     held_out_in_graph: bool = True    # the graph's edge list may hold val/test edges: removed
     check_overlap: bool = True        # refuse an edge in two splits (a user's files; not OGB's own)
-
-
-def read_edges(source) -> np.ndarray:
-    """Every edge of a source as it lists them, [2, E] int64 in memory (16 bytes an edge), ids
-    checked naming the file and row."""
-    from grappa.data.sources.in_memory import MemorySource
-    n = int(source.num_nodes)
-    if isinstance(source, MemorySource):
-        e = np.asarray(source.edge_index, dtype=np.int64)
-    else:
-        parts = []
-        for part in source.edge_parts(1):
-            for b in part.blocks(1 << 22):
-                src, dst = np.asarray(b.src, np.int64), np.asarray(b.dst, np.int64)
-                bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
-                if bad.size:
-                    i = int(bad[0])
-                    raise DatasetError(f"{b.origin}: edge {b.first_row + i} is ({int(src[i])}, {int(dst[i])}), "
-                                       f"a node id outside [0, {n}); fix or remove that edge")
-                parts.append(np.stack([src, dst]))
-        e = np.concatenate(parts, axis=1) if parts else np.empty((2, 0), np.int64)
-    return e
 
 
 def _canonical_keys(e: np.ndarray, n: int, undirected: bool) -> np.ndarray:
@@ -262,40 +196,41 @@ class HeldOutSource(GraphSource):
         return self.source.node_blocks(block_rows)
 
 
-def without_held_out(source, held: np.ndarray, undirected: bool, listed: np.ndarray):
-    """The source with the held-out edges (canonical keys) removed from its edge list (`listed`,
-    read_edges'): an in-memory source cut in memory, a streamed one filtered as it streams."""
+def without_held_out(source, held: np.ndarray, undirected: bool, kept: int):
+    """The source with the held-out edges (sorted canonical keys) removed from its edge list,
+    `kept` edges left: an in-memory source cut in memory, a streamed one filtered as it streams."""
     from grappa.data.sources.in_memory import MemorySource
     n = int(source.num_nodes)
-    held = np.unique(held)
     if isinstance(source, MemorySource):
         keep = ~np.isin(_canonical_keys(source.edge_index, n, undirected), held)
         masks = tuple(source.codes == c for c in (SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST))
         return MemorySource(source.name, np.asarray(source.edge_index)[:, keep], source.x, source.y, masks,
                             source.num_classes)
-    return HeldOutSource(source, held, undirected,
-                         int((~np.isin(_canonical_keys(listed, n, undirected), held)).sum()))
+    return HeldOutSource(source, held, undirected, kept)
 
 
-def _given_files(given: GivenSplit, graph: np.ndarray, n: int, undirected: bool, lk) -> dict[str, np.ndarray]:
+def _given_files(given: GivenSplit, keys: EdgeKeys, out: Path, lk, block: int) -> dict[str, tuple[list[int], str]]:
     """The link files of a given split: its edges, its negatives, and the negatives it lacks
     drawn as for the seeded split. Shapes and ids checked naming the file and the fix."""
+    n, undirected = keys.num_nodes, keys.undirected
     named = {given.files[s]: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
     check_edges(named, n, undirected, given.where, overlap=given.check_overlap)
-    files = {s: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
-    known = np.concatenate([graph] + [files[s] for s in SUPERVISION], axis=1)
+    edges = {s: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
+    files = {s: _saved(out, s, edges[s]) for s in SUPERVISION}
+    extra = np.sort(np.concatenate([record_keys(edges[s][0], edges[s][1], n) for s in SUPERVISION]))
     for s in EVALUATED:
         neg, shared = given.negatives.get(f"{s}_neg"), given.negatives.get(f"{s}_shared_neg")
+        count = edges[s].shape[1]
         if neg is not None:
             neg = np.asarray(neg, dtype=np.int64)
             file = f"{given.where}/{given.files[f'{s}_neg']}"
-            if neg.ndim != 2 or neg.shape[0] != files[s].shape[1]:
-                raise DatasetError(f"{file}: expected [{files[s].shape[1]}, k], k negative destinations for "
-                                   f"each of the {files[s].shape[1]} {s} edges, found shape {list(neg.shape)}: "
+            if neg.ndim != 2 or neg.shape[0] != count:
+                raise DatasetError(f"{file}: expected [{count}, k], k negative destinations for "
+                                   f"each of the {count} {s} edges, found shape {list(neg.shape)}: "
                                    "write row i for edge i, or remove the file to draw them")
             _check_ids(neg, n, file, "row")
         else:
-            neg = eval_negatives(files[s], n, lk.eval_negatives, lk.split_seed, s)
+            neg = eval_negatives(count, n, lk.eval_negatives, lk.split_seed, s)
         if shared is not None:
             shared = np.asarray(shared, dtype=np.int64)
             file = f"{given.where}/{given.files[f'{s}_shared_neg']}"
@@ -304,8 +239,10 @@ def _given_files(given: GivenSplit, graph: np.ndarray, n: int, undirected: bool,
                                    f"{list(shared.shape)}: write them so, or remove the file to draw them")
             _check_ids(shared, n, file, "column")
         else:
-            shared = shared_negatives(known, n, lk.shared_negatives, lk.split_seed, s, undirected)
-        files[f"{s}_neg"], files[f"{s}_shared_neg"] = neg, shared
+            shared = shared_negatives(keys, lk.shared_negatives, lk.split_seed, s, block, extra,
+                                      extra.size * (2 if undirected else 1))
+        files[f"{s}_neg"] = _saved(out, f"{s}_neg", neg)
+        files[f"{s}_shared_neg"] = _saved(out, f"{s}_shared_neg", shared)
     return files
 
 
@@ -318,29 +255,56 @@ def _check_ids(a: np.ndarray, n: int, file: str, unit: str) -> None:
                            "remove it (ids are the graph's node ids)")
 
 
-def split_source(source, lk, given: Optional[GivenSplit] = None) -> tuple[object, dict[str, np.ndarray], bool, bool]:
-    """The source with its val/test edges removed from message passing, the link files' arrays,
-    whether the graph is undirected, and whether the splits were checked for overlap. The split is
-    the seeded one of the graph's edges, or `given` (the dataset's own files). Holds the edge list
-    in memory."""
+def split_source(source, lk, given: Optional[GivenSplit], staging: Path, work: Path,
+                 block_edges: int, progress: bool = False) -> tuple[object, dict]:
+    """Write the link files into `staging/link/`; returns the source with its val/test edges
+    removed from message passing and the manifest's "link" entry. The split is the seeded one
+    of the graph's edges, or `given` (the dataset's own files). `work`: temporary files;
+    `block_edges` (prepare.blockEdges) bounds the memory, as it does the store's passes;
+    `progress`: a bar over the edges read (the split's longest part)."""
+    out = Path(staging) / LINK_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(work) / "link-split"
+    count = Count()
+    try:
+        with PhaseBar("prepare: link split", int(source.num_edges), count, progress):
+            if given is None:
+                return _seeded(source, lk, out, work, block_edges, count)
+            return _given(source, lk, given, out, work, block_edges, count)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _seeded(source, lk, out: Path, work: Path, block: int, count: Count) -> tuple[object, dict]:
+    keys = edge_keys(source, work, block, count=count)
+    files = _split_files(keys, lk.val_fraction, lk.test_fraction, lk.split_seed, out, block)
+    n = keys.num_nodes
+    for s in EVALUATED:
+        files[f"{s}_neg"] = write_eval_negatives(out / f"{s}_neg.npy", files[s][0][1], n, lk.eval_negatives,
+                                                 lk.split_seed, s, block)
+        files[f"{s}_shared_neg"] = _saved(out, f"{s}_shared_neg",
+                                          shared_negatives(keys, lk.shared_negatives, lk.split_seed, s, block))
+    return TrainEdgesSource(source, out / "train.npy", keys.undirected, SOURCE_ATTRS), \
+        _entry(files, keys.undirected, overlap_checked=True, listed_edges=keys.listed,
+               candidates=keys.candidates_count)
+
+
+def _given(source, lk, given: GivenSplit, out: Path, work: Path, block: int,
+           count: Count) -> tuple[object, dict]:
     n = int(source.num_nodes)
-    listed = read_edges(source)
-    graph = np.concatenate([listed, listed[::-1]], axis=1) if source.add_inverse_edges else listed
-    if given is None:
-        split = split_edges(graph, n, lk.val_fraction, lk.test_fraction, lk.split_seed)
-        undirected = split.undirected
-        files = link_files(split, graph, n, lk)
-        check_edges({s: files[s] for s in SUPERVISION}, n, undirected, LINK_DIR)
-        held_out = True
-    else:
-        undirected = bool(source.add_inverse_edges) or is_undirected(graph, n)
-        files = _given_files(given, graph, n, undirected, lk)
-        held_out = given.held_out_in_graph
-    del graph
-    if held_out:
-        held = np.concatenate([_canonical_keys(files[s], n, undirected) for s in EVALUATED])
-        source = without_held_out(source, held, undirected, listed)
-    return source, files, undirected, given is None or given.check_overlap
+    named = {given.files[s]: np.asarray(given.edges[s], dtype=np.int64) for s in SUPERVISION}
+    check_edges(named, n, True, given.where, overlap=False)  # shapes and ids before the graph is read
+    held = None
+    if given.held_out_in_graph:
+        ev = [np.asarray(given.edges[s], dtype=np.int64) for s in EVALUATED]
+        held = {u: np.unique(np.concatenate([_canonical_keys(e, n, u) for e in ev])) for u in (True, False)}
+    keys = edge_keys(source, work, block, held, count)
+    undirected = keys.undirected
+    files = _given_files(given, keys, out, lk, block)
+    if held is not None:
+        source = without_held_out(source, held[undirected], undirected,
+                                  keys.listed - keys.held_hits[undirected])
+    return source, _entry(files, undirected, overlap_checked=given.check_overlap)
 
 
 class LinkSplitSource(GraphSource):
@@ -350,8 +314,9 @@ class LinkSplitSource(GraphSource):
     written into the staging folder and their manifest entry is returned with the source's own.
     Until then it reports the wrapped source's metadata; its passes read the split source."""
 
-    def __init__(self, source: GraphSource, lk, given: Optional[GivenSplit] = None) -> None:
-        self.source, self.lk, self.given = source, lk, given
+    def __init__(self, source: GraphSource, lk, given: Optional[GivenSplit] = None,
+                 progress: bool = False) -> None:
+        self.source, self.lk, self.given, self.progress = source, lk, given, progress
         self._take(source)
 
     def _take(self, source: GraphSource) -> None:
@@ -360,10 +325,11 @@ class LinkSplitSource(GraphSource):
 
     def stage(self, staging: Path, work: Path, block_edges: int) -> dict:
         staged = self.source.stage(staging, work, block_edges)
-        self.source, files, undirected, overlap = split_source(self.source, self.lk, self.given)
-        self.given = None  # its arrays are in `files` now: never sent to the worker processes
+        self.source, entry = split_source(self.source, self.lk, self.given, staging, work, block_edges,
+                                          self.progress)
+        self.given = None  # its arrays are in the link files now: never sent to the worker processes
         self._take(self.source)
-        return {**staged, **write_link_files(staging, files, undirected, overlap)}
+        return {**staged, **entry}
 
     def edge_parts(self, parts: int):
         return self.source.edge_parts(parts)
@@ -372,9 +338,9 @@ class LinkSplitSource(GraphSource):
         return self.source.node_blocks(block_rows)
 
 
-def link_source(source, lk, given: Optional[GivenSplit] = None) -> LinkSplitSource:
+def link_source(source, lk, given: Optional[GivenSplit] = None, progress: bool = False) -> LinkSplitSource:
     """The source for a link-prediction store: split when the store's prepare stages it."""
-    return LinkSplitSource(source, lk, given)
+    return LinkSplitSource(source, lk, given, progress)
 
 
 class LinkEdges:
@@ -400,7 +366,7 @@ class LinkEdges:
                 raise ChunkStoreError(f"{path} has shape {list(arr.shape)}, the manifest says "
                                       f"{shape}; delete {store_path} and prepare it again")
             self.arrays[stem] = arr
-        check_edges({s: np.asarray(self.arrays[s]) for s in SUPERVISION},
+        check_edges({s: self.arrays[s] for s in SUPERVISION},
                     int(manifest["num_nodes"]), self.undirected, str(folder),
                     overlap=not entry.get("splits_may_overlap"))
 

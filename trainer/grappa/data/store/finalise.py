@@ -17,7 +17,7 @@ import numpy as np
 
 from grappa.data.sources.base import GraphLabeller
 from grappa.data.store.assign import ChunkAssignment
-from grappa.data.store.spill import RangeSpill, read_records, spill_files
+from grappa.data.store.spill import read_records, respill
 
 _SPLIT_FACTOR_BITS = 3
 
@@ -71,16 +71,7 @@ def _finalise_split(task: RangeTask) -> RangeResult:
     folder = task.files[0].parent / f"split-{task.lo}-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
     try:
-        spill = RangeSpill(folder, bits, task.id_dtype, "s", flush_edges=task.max_edges, base=task.lo)
-        step = task.max_edges * 2
-        for path in task.files:
-            total = path.stat().st_size // task.id_dtype.itemsize
-            for off in range(0, total, step):
-                rec = np.fromfile(path, task.id_dtype, count=min(step, total - off),
-                                  offset=off * task.id_dtype.itemsize).reshape(-1, 2)
-                spill.add(rec[:, 1].astype(np.int64), rec[:, 0].astype(np.int64))
-        spill.flush()
-        files = spill_files(folder)
+        files = respill(task.files, folder, bits, task.id_dtype, task.lo, task.max_edges)
         parts = []
         for lo in range(task.lo, task.hi, 1 << bits):
             hi = min(lo + (1 << bits), task.hi)

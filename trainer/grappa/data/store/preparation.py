@@ -96,7 +96,7 @@ def _prepare(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dic
             # its ids to dense ones), its files written into the store's staging folder
             from grappa.data.link_split import link_source
             given = source.link_split() if hasattr(source, "link_split") else None
-            source = link_source(source, cfg.link, given)
+            source = link_source(source, cfg.link, given, progress)
         return prepare(source, store, cfg.num_chunks, cfg.grappa.partition_seed, source_id,
                        feature_dtype=cfg.dataset.feature_dtype, block_edges=cfg.prepare.block_edges,
                        workers=cfg.prepare.workers, progress=progress, extra=extra)

@@ -95,6 +95,22 @@ def spill_files(folder: Path) -> dict[int, list[Path]]:
     return dict(sorted(out.items()))
 
 
+def respill(paths: list[Path], folder: Path, bits: int, id_dtype: np.dtype, base: int,
+            max_edges: int) -> dict[int, list[Path]]:
+    """Spill the records of `paths` again into ranges of 2^bits destinations from `base`, read
+    2 x max_edges ids at a time (a skewed range cut narrower); returns spill_files(folder)."""
+    spill = RangeSpill(folder, bits, id_dtype, "s", flush_edges=max_edges, base=base)
+    step = max_edges * 2
+    for path in paths:
+        total = path.stat().st_size // id_dtype.itemsize
+        for off in range(0, total, step):
+            rec = np.fromfile(path, id_dtype, count=min(step, total - off),
+                              offset=off * id_dtype.itemsize).reshape(-1, 2)
+            spill.add(rec[:, 1].astype(np.int64), rec[:, 0].astype(np.int64))
+    spill.flush()
+    return spill_files(folder)
+
+
 def read_records(paths: list[Path], id_dtype: np.dtype) -> np.ndarray:
     """All (dst, src) records of the given spill files, [m, 2]."""
     parts = [np.fromfile(p, dtype=id_dtype).reshape(-1, 2) for p in paths]
