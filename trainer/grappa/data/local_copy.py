@@ -46,6 +46,7 @@ from grappa.data.distinct import MAP_BLOCK, distinct
 from grappa.data.errors import ChunkStoreError
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
+from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
 
 _BLOCK = 1 << 22      # bytes per read when copying a file
@@ -78,14 +79,6 @@ class Fetched:
     def drop(self, *arrays: np.ndarray) -> None:
         self.memory_now -= sum(a.nbytes for a in arrays)
 
-
-def _sha256(path: Path, offset: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        while buf := fh.read(_BLOCK):
-            h.update(buf)
-    return h.hexdigest()
 
 
 def halo_key(owned: Sequence[int]) -> str:
@@ -228,7 +221,7 @@ class LocalCopy:
         np.save(tmp / "chunk.npy", chunks.astype(np.int32))
         np.save(tmp / "deg.npy", deg)
         out.drop(ids, chunks, deg)
-        files = {name: {"size": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name, 0)}
+        files = {name: {"size": (tmp / name).stat().st_size, "sha256": sha256_of(tmp / name, 0)}
                  for name in HALO_FILES}
         (tmp / "fetched.json").write_text(json.dumps(
             {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
@@ -249,7 +242,7 @@ class LocalCopy:
                 offset = map_npy(d / f).offset
             except (ValueError, OSError):
                 return False
-            if (d / f).stat().st_size - offset != e["data_bytes"] or _sha256(d / f, offset) != e["sha256"]:
+            if (d / f).stat().st_size - offset != e["data_bytes"] or sha256_of(d / f, offset) != e["sha256"]:
                 return False
         self._checked.add(name)
         return True
@@ -271,7 +264,7 @@ class LocalCopy:
         for f in HALO_FILES:
             p, want = d / f, files[f]
             if not isinstance(want, dict) or not p.is_file() or p.stat().st_size != want.get("size") or \
-                    _sha256(p, 0) != want.get("sha256"):
+                    sha256_of(p, 0) != want.get("sha256"):
                 return False
         self._checked.add(name)
         return True

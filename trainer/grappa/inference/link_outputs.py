@@ -28,13 +28,13 @@ pairs, link.sharedNegatives): the same figures training's evaluation reports (ru
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from grappa.data.errors import DatasetError
+from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
 
 LINK = "link-prediction"
@@ -44,13 +44,6 @@ BLOCK_VALUES = 1 << 22  # scores (times the width, for the mlp decoder) computed
 FORMATS = ("write a .npy integer array, or text with one {what} a line (ids separated by a space, "
            "tab or comma)")
 
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _text_ids(path: Path, flag: str, cols: int) -> tuple[np.ndarray, list[int]]:
@@ -182,15 +175,15 @@ def check_request(model: str, meta: dict, num_nodes: int, *, scores: bool, pairs
     out: dict = {"task": LINK}
     if pairs is not None:
         read_pairs(pairs, num_nodes)
-        out.update(pairs=str(Path(pairs).resolve()), pairs_sha256=file_sha256(pairs))
+        out.update(pairs=str(Path(pairs).resolve()), pairs_sha256=sha256_of(pairs))
     if queries is not None:
         read_nodes(queries, num_nodes, "--queries")
-        out.update(queries=str(Path(queries).resolve()), queries_sha256=file_sha256(queries),
+        out.update(queries=str(Path(queries).resolve()), queries_sha256=sha256_of(queries),
                    top_k=int(top_k or 10))
         if candidates is not None:
             if read_nodes(candidates, num_nodes, "--candidates").size == 0:
                 raise DatasetError(f"--candidates {candidates} holds no node id: give at least one")
-            out.update(candidates=str(Path(candidates).resolve()), candidates_sha256=file_sha256(candidates))
+            out.update(candidates=str(Path(candidates).resolve()), candidates_sha256=sha256_of(candidates))
     return out
 
 

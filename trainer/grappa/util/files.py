@@ -3,6 +3,7 @@ work starts (a read-only mount or a path under a file is a job that cannot run, 
 one line, not a traceback after minutes of preparing), and a file is replaced atomically."""
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from contextlib import contextmanager
@@ -77,3 +78,13 @@ def removed_if_left_empty(path: str | Path) -> Iterator[Path]:
             except OSError:
                 break
         raise
+
+
+def sha256_of(path: str | Path, offset: int = 0, block: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes from `offset` (a .npy's data: offset past its header)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while buf := fh.read(block):
+            h.update(buf)
+    return h.hexdigest()

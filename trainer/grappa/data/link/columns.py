@@ -7,15 +7,14 @@ file is complete. Memory: one block.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
 from grappa.data.store.npywriter import _header
+from grappa.util.files import sha256_of
 
-_READ = 1 << 20  # bytes hashed per read
 
 
 class ColumnsWriter:
@@ -40,16 +39,8 @@ class ColumnsWriter:
         os.close(self._fd)
         if self.written != self.columns:
             raise RuntimeError(f"{self.path}: wrote {self.written} columns, expected {self.columns}")
-        return [2, self.columns], data_sha256(self.path, self.offset)
+        return [2, self.columns], sha256_of(self.path, self.offset)
 
-
-def data_sha256(path: Path, offset: int) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        while chunk := fh.read(_READ):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def data_offset(path: Path) -> tuple[int, tuple[int, ...]]:

@@ -1,7 +1,6 @@
 """Reader of the chunk store (format 2): every file is checked against the manifest before use."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from grappa.data.errors import ChunkStoreError
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.manifest import CHUNK_OF, chunk_dir, read_manifest
+from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
 
 # Files whose checksum already matched in this process: (path, sha256) -> size. Hash once.
@@ -45,14 +45,6 @@ class Chunk:
         """int64 [2, E_k] global (src, dst) of every in-edge of the chunk's nodes."""
         return torch.stack([self.indices, torch.repeat_interleave(self.nodes, self.in_degree)])
 
-
-def _data_digest(path: Path, offset: int, block: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        while buf := fh.read(block):
-            h.update(buf)
-    return h.hexdigest()
 
 
 class ChunkStore:
@@ -87,7 +79,7 @@ class ChunkStore:
         if _VERIFIED.get(key) != size:
             offset = arr.offset
             if size - offset != expected["data_bytes"] or \
-                    _data_digest(path, offset) != expected["sha256"]:
+                    sha256_of(path, offset) != expected["sha256"]:
                 raise ChunkStoreError(
                     f"chunk store file {path} is corrupt (size or sha256 differs from manifest.json); {_FIX}")
             self.bytes_hashed += size - offset
