@@ -23,6 +23,7 @@ from grappa.config import (
     LinkConfig,
     ModelConfig,
     PrepareConfig,
+    S3Config,
     Section,
     StorageConfig,
     Strategy,
@@ -214,6 +215,12 @@ class Storage(Section):
         StorageConfig.model_fields["fetch"].default,
         description=StorageConfig.model_fields["fetch"].description.replace(
             "into localDir", f"into an emptyDir at {settings.LOCAL_DATA_PATH} in each worker pod"))
+    s3: Optional[S3Config] = Field(
+        None, description="The chunk store in an S3 bucket instead of on this volume: the prepare "
+        "pod uploads it, workers fetch their rounds from it (storage.fetch prefetch or on-demand), "
+        f"and each pod keeps what it reads whole in an emptyDir at {settings.LOCAL_DATA_PATH}. "
+        "Credentials: the Secret s3.secretName, given to every pod as AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "Storage":
@@ -283,6 +290,10 @@ SPEC_RULES = [
     cel.rule("self.strategy == 'grappa' || !has(self.storage.fetch) || self.storage.fetch == 'direct'",
              "storage.fetch fetches the rounds of strategy grappa only (other strategies read the store "
              "directly): remove storage.fetch or set strategy: grappa", ".storage.fetch"),
+    cel.rule("!has(self.storage.s3) || self.strategy != 'grappa' || "
+             "(has(self.storage.fetch) && self.storage.fetch != 'direct')",
+             "storage.fetch direct reads the store through memory maps of the volume, which "
+             "storage.s3 is not: set storage.fetch: prefetch (or on-demand)", ".storage.fetch"),
     cel.rule(f"self.strategy == 'varco' || ({cel.at_defaults(VarcoConfig, 'self.varco')})",
              "varco settings apply to strategy varco only: remove them or set strategy: varco",
              ".varco"),
@@ -466,7 +477,7 @@ class GrappaJobSpec(Section):
             varco=self.varco,
             checkpoint=self.checkpoint,
             prepare=self.prepare,
-            storage=StorageConfig(fetch=self.storage.fetch),
+            storage=StorageConfig(fetch=self.storage.fetch, s3=self.storage.s3),
             run_dir=run_dir,
             store_dir=store_dir,
             metrics_port=self.metrics_port,

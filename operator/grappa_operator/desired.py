@@ -153,7 +153,9 @@ def predict_env(spec: GrappaJobSpec) -> dict[str, Any]:
 def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
     mount = spec.storage.mount_path
     rd = run_dir(job, spec)
-    cfg = spec.to_train_config(run_dir=rd, store_dir=posixpath.join(rd, "store"))
+    # storage.s3: storeDir is each pod's local mirror of the bucket (data/s3/mirror.py), on its emptyDir
+    store = posixpath.join(s.LOCAL_DATA_PATH, "store") if spec.storage.s3 else posixpath.join(rd, "store")
+    cfg = spec.to_train_config(run_dir=rd, store_dir=store)
     if cfg.storage.fetch != "direct":  # fetched round data goes to the worker pod's emptyDir
         cfg.storage = cfg.storage.model_copy(update={"local_dir": s.LOCAL_DATA_PATH})
     # Relative dataset locations live on the shared volume.
@@ -223,6 +225,11 @@ def _env(job: JobRef, spec: GrappaJobSpec, cfg: TrainConfig, role: str, rank: Op
     threads = cpu_threads(pod)
     if threads is not None and role != s.ROLE_PREPARE:
         env.append({"name": "GRAPPA_THREADS", "value": str(threads)})  # torch threads = CPU budget
+    s3 = spec.storage.s3
+    if s3 is not None and s3.secret_name:  # boto3 reads these (data/s3/bucket.py)
+        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": s3.secret_name, "key": key}}}
+                for var, key in (("AWS_ACCESS_KEY_ID", s3.access_key_id_key),
+                                 ("AWS_SECRET_ACCESS_KEY", s3.secret_access_key_key))]
     user = [e.model_dump(by_alias=True, exclude_none=True) for e in pod.env]
     names = {e["name"] for e in user}
     return [e for e in env if e["name"] not in names] + user
@@ -299,7 +306,8 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
         }],
         "volumes": [_volume(spec), {"name": "tmp", "emptyDir": {}}],
     }
-    if role == s.ROLE_WORKER and cfg.storage.fetch != "direct":  # storage.localDir: node-local disk
+    # storage.localDir (a worker's fetched rounds) and storage.s3's mirror: node-local disk
+    if (role == s.ROLE_WORKER and cfg.storage.fetch != "direct") or spec.storage.s3 is not None:
         pod_spec["containers"][0]["volumeMounts"].append({"name": "grappa-local", "mountPath": s.LOCAL_DATA_PATH})
         pod_spec["volumes"].append({"name": "grappa-local", "emptyDir": {}})
     if role == s.ROLE_AGGREGATOR:

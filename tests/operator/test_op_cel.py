@@ -142,6 +142,9 @@ CASES = [
     ("", "storage.fetch fetches the rounds of strategy grappa only", {"strategy": "full", "storage": {
         "hostPath": "/srv", "fetch": "prefetch"}}, "storage.fetch",
      {"strategy": "full", "storage": {"hostPath": "/srv", "fetch": "direct"}}),
+    ("", "storage.fetch direct reads the store through memory maps", {"storage": {
+        "hostPath": "/srv", "s3": {"bucket": "graphs"}}}, "storage.fetch",
+     {"storage": {"hostPath": "/srv", "fetch": "prefetch", "s3": {"bucket": "graphs"}}}),
     ("storage", "exactly one of claimName or hostPath", {"storage": {"hostPath": "/a", "claimName": "c"}},
      "spec.storage", {"storage": {"claimName": "c"}}),
 ]

@@ -85,6 +85,25 @@ def test_fetched_rounds_go_to_a_worker_emptydir(job):
         assert "grappa-local" not in {v["name"] for v in p["spec"]["volumes"]}
 
 
+def test_a_store_in_a_bucket_is_mirrored_on_each_pods_emptydir_with_the_secrets_credentials(job):
+    """storage.s3: every pod (prepare, aggregator, workers) mounts the emptyDir, its config puts
+    storeDir there (the bucket's local mirror) and names the bucket, and it gets the Secret's
+    keys as boto3's variables."""
+    s3 = {"endpoint": "http://seaweedfs.storage:8333", "bucket": "graphs", "prefix": "cora/",
+          "secretName": "graph-store", "accessKeyIdKey": "id"}
+    spec = make_spec(storage={"claimName": "grappa-data", "mountPath": "/data", "fetch": "prefetch", "s3": s3})
+    for p in desired.group_pods(job, spec, 0) + [desired.prepare_pod(job, spec, 0)]:
+        c = p["spec"]["containers"][0]
+        assert {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/grappa-local"] == "grappa-local"
+        assert {"name": "grappa-local", "emptyDir": {}} in p["spec"]["volumes"]
+        cfg = json.loads(next(e["value"] for e in c["env"] if e["name"] == "GRAPPA_CONFIG"))
+        assert cfg["storeDir"] == "/grappa-local/store"
+        assert cfg["storage"]["s3"] == {**s3, "region": "us-east-1", "secretAccessKeyKey": "AWS_SECRET_ACCESS_KEY"}
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if e["name"].startswith("AWS_")}
+        assert refs == {"AWS_ACCESS_KEY_ID": {"name": "graph-store", "key": "id"},
+                        "AWS_SECRET_ACCESS_KEY": {"name": "graph-store", "key": "AWS_SECRET_ACCESS_KEY"}}
+
+
 def test_only_the_aggregator_gets_a_token(job, spec):
     agg, w1, _ = desired.group_pods(job, spec, 0)
     assert agg["spec"]["automountServiceAccountToken"] is True

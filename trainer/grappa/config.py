@@ -466,8 +466,35 @@ class CheckpointConfig(Section):
 FETCH_MODES = ("direct", "on-demand", "prefetch")
 
 
+class S3Config(Section):
+    """The chunk store in S3-compatible object storage (data/s3): prepare uploads it, workers fetch
+    their rounds from it by ranged requests, and whatever reads a store whole (evaluation, the
+    other strategies) reads a local mirror of it under storeDir. Credentials come from the
+    environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, as boto3 reads them); in a pod,
+    from the Secret secretName."""
+
+    endpoint: Optional[str] = Field(
+        None, max_length=PATH_MAX, pattern=r"^https?://[^/\s]+/?$", description="The service's URL, "
+        "e.g. http://seaweedfs.storage:8333 (default: AWS S3 of the region).")
+    bucket: str = Field(..., min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
+                        description="The bucket; it must exist (prepare never creates one).")
+    prefix: str = Field("", max_length=PATH_MAX, pattern=r"^([^/\s][^\s]*/)?$", description="Key "
+                        "prefix of the store inside the bucket, ending in / (e.g. graphs/cora-8/); "
+                        "empty: the bucket's top.")
+    region: str = Field("us-east-1", max_length=64, description="The region requests are signed for.")
+    secret_name: Optional[str] = Field(
+        None, max_length=253, description="Kubernetes only: the Secret whose keys accessKeyIdKey and "
+        "secretAccessKeyKey hold the credentials, given to every pod as AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY.")
+    access_key_id_key: str = Field("AWS_ACCESS_KEY_ID", max_length=253,
+                                   description="The Secret's key holding the access key id.")
+    secret_access_key_key: str = Field("AWS_SECRET_ACCESS_KEY", max_length=253,
+                                       description="The Secret's key holding the secret access key.")
+
+
 class StorageConfig(Section):
-    """How a worker reads its round's data from the chunk store (data/local_copy.py, prefetch.py)."""
+    """How a worker reads its round's data from the chunk store (data/local_copy.py, prefetch.py),
+    and where the store lives: storeDir, or an S3 bucket (s3)."""
 
     fetch: Literal[FETCH_MODES] = Field(  # type: ignore[valid-type]
         "direct", description="How a worker's training rounds read their graph. direct: read the store "
@@ -480,6 +507,10 @@ class StorageConfig(Section):
         None, max_length=PATH_MAX, description="Worker-local folder for fetched round data, one "
         "rank-<r> folder per worker, removed when the job ends (default: <runDir>/local; in a pod, "
         "the operator's emptyDir).")
+    s3: Optional[S3Config] = Field(
+        None, description="The chunk store in an S3 bucket instead of a shared folder: prepare "
+        "uploads it; storeDir then holds each process's local mirror of what it reads whole. "
+        "Needs storage.fetch prefetch or on-demand with strategy grappa.")
 
 
 class TrainConfig(Section):
@@ -532,6 +563,9 @@ class TrainConfig(Section):
             raise ValueError(f"storage.fetch {self.storage.fetch!r} fetches the rounds of strategy grappa "
                              f"only (strategy is {self.strategy!r}, which reads the store directly): "
                              "remove storage.fetch or set strategy: grappa")
+        if self.storage.s3 is not None and self.storage.fetch == "direct" and self.strategy == "grappa":
+            raise ValueError("storage.fetch direct reads the store through memory maps of a mounted "
+                             "folder, which storage.s3 is not: set storage.fetch: prefetch (or on-demand)")
         fan = self.training.fanouts
         if fan is not None and len(fan) != self.model.layers:
             raise ValueError(

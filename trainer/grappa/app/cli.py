@@ -156,7 +156,7 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
     manifest = prepare_store(cfg, progress=True, reprepare=reprepare, purpose=purpose)
     if purpose == TRAINING:
         check_model(cfg, manifest)
-    print(f"chunk store ready at {cfg.store_path}: {manifest['num_nodes']:,} nodes, "
+    print(f"chunk store ready at {store_where(cfg)}: {manifest['num_nodes']:,} nodes, "
           f"{manifest['num_edges']:,} edges in {manifest['num_chunks']} chunks")
     run = manifest.get("prepare")
     if run:  # how the store was made (also when it was made earlier)
@@ -164,6 +164,11 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
         print(f"prepared in {run['seconds']:.1f} s with {run['workers']} worker(s); peak memory "
               f"{peak / 2**30:.2f} GiB at most (parent + workers)")
     return 0
+
+
+def store_where(cfg: TrainConfig) -> str:
+    s3 = cfg.storage.s3
+    return f"s3://{s3.bucket}/{s3.prefix} (staged in {cfg.store_path})" if s3 else str(cfg.store_path)
 
 
 def claim_run_dir(cfg: TrainConfig, fresh: bool = False, command: str = "train") -> Optional[dict]:
@@ -204,7 +209,7 @@ def cmd_train(cfg: TrainConfig, reprepare: bool = False) -> int:
     # the ranks' zygote as a fork of this process, which then has torch for the prepare too.
     zygote = Zygote.forked_here(rank_modules(cfg))
     try:
-        print(f"grappa: preparing chunk store at {cfg.store_path}", file=sys.stderr)
+        print(f"grappa: preparing chunk store at {store_where(cfg)}", file=sys.stderr)
         check_model_imports(cfg)
         manifest = prepare_store(cfg, progress=True, reprepare=reprepare)
         check_model(cfg, manifest)

@@ -11,7 +11,11 @@ Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
     halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
                   indptr entries at r and r + 1 for each halo row r (each entry once)
     halo_rows   = halo rows x row bytes (num_features x the store's feature itemsize)
-A chunk already copied is not read again: base chunks are fetched once per job.
+    over_read   = a store in a bucket (storage.s3, data/s3/source.py) only: bytes between rows
+                  read in the same ranged request
+A chunk already copied is not read again: base chunks are fetched once per job. From a bucket
+the same files and rows are read by GETs (a file whole, rows and entries in ranges); the
+bucket's manifest is the local mirror's (storeDir).
 
 Nothing half-fetched is used: a copy is written under a `.tmp-` name and renamed into place when
 complete; a worker killed mid-fetch leaves only `.tmp-` entries, removed when the folder is opened
@@ -63,12 +67,13 @@ class Fetched:
     chunk_files: int = 0
     halo_index: int = 0
     halo_rows: int = 0
+    over_read: int = 0
     memory_peak: int = 0
     memory_now: int = 0
 
     @property
     def total(self) -> int:
-        return self.chunk_files + self.halo_index + self.halo_rows
+        return self.chunk_files + self.halo_index + self.halo_rows + self.over_read
 
     def hold(self, *arrays: np.ndarray) -> None:
         """Count arrays the fetch now holds (its index arrays and one slab of rows); numpy's
@@ -89,9 +94,13 @@ def halo_key(owned: Sequence[int]) -> str:
 class LocalCopy:
     """A worker's folder of fetched round data, over the store at `store_path`."""
 
-    def __init__(self, store_path: str | Path, folder: str | Path) -> None:
+    def __init__(self, store_path: str | Path, folder: str | Path, remote=None) -> None:
         self.store = Path(store_path)
         self.folder = Path(folder)
+        self.remote = None
+        if remote is not None:  # a data.s3 Bucket: storeDir is its mirror, holding the manifest
+            from grappa.data.s3.source import S3Source
+            self.remote = S3Source(remote)
         self.manifest = read_manifest(self.store)
         self.num_chunks = int(self.manifest["num_chunks"])
         self.assignment = ChunkAssignment(int(self.manifest["num_nodes"]), self.num_chunks,
@@ -111,6 +120,13 @@ class LocalCopy:
         """Chunk k's store file as a memory map, its dtype, shape and size as the manifest says."""
         path = self.store / chunk_dir(k) / name
         e = self._entry(k, name)
+        if self.remote is not None:  # the header checked; its data read by _read_all / _take
+            dtype, shape, _ = self.remote.header(f"{chunk_dir(k)}/{name}")
+            if dtype.str != e["dtype"] or list(shape) != e["shape"]:
+                raise ChunkStoreError(f"{self.remote.bucket.where}{chunk_dir(k)}/{name} is corrupt "
+                                      "(dtype or shape differs from manifest.json); prepare the store "
+                                      "in the bucket again")
+            return None
         try:
             arr = map_npy(path)
         except (ValueError, OSError) as err:
@@ -125,13 +141,19 @@ class LocalCopy:
         """Copy chunk k's file to dst, its data's sha256 checked against the manifest while it
         is read; returns the data bytes read."""
         src = self.store / chunk_dir(k) / name
-        offset = self._store_file(k, name).offset
         h = hashlib.sha256()
-        with open(src, "rb") as fi, open(dst, "wb") as fo:
-            fo.write(fi.read(offset))
-            while buf := fi.read(_BLOCK):
-                h.update(buf)
-                fo.write(buf)
+        if self.remote is not None:
+            self._store_file(k, name)
+            src = f"{self.remote.bucket.where}{chunk_dir(k)}/{name}"
+            with open(dst, "wb") as fo:
+                self.remote.copy(f"{chunk_dir(k)}/{name}", fo, h.update)
+        else:
+            offset = self._store_file(k, name).offset
+            with open(src, "rb") as fi, open(dst, "wb") as fo:
+                fo.write(fi.read(offset))
+                while buf := fi.read(_BLOCK):
+                    h.update(buf)
+                    fo.write(buf)
         if h.hexdigest() != self._entry(k, name)["sha256"]:
             raise ChunkStoreError(f"chunk store file {src} is corrupt (sha256 differs from manifest.json); {_FIX}")
         return self._entry(k, name)["data_bytes"]
@@ -193,26 +215,25 @@ class LocalCopy:
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
-            nodes = np.array(self._store_file(k, "nodes.npy"))  # read whole: the rows are searched
+            nodes = self._read_all(k, "nodes.npy")  # read whole: the rows are searched
             out.hold(nodes)
             rows = np.searchsorted(nodes, ids[a:b])
             if rows.size and (rows[-1] >= nodes.size or not np.array_equal(nodes[rows], ids[a:b])):
                 raise ChunkStoreError(f"chunk store file {self.store / chunk_dir(k) / 'nodes.npy'} lacks "
                                       f"nodes the assignment puts in chunk {k}; {_FIX}")
-            indptr = self._store_file(k, "indptr.npy")
             at = np.union1d(rows, rows + 1)  # each entry read once
-            ends = indptr[at]
+            ends = self._take(k, "indptr.npy", at, out)
             deg[a:b] = ends[np.searchsorted(at, rows + 1)] - ends[np.searchsorted(at, rows)]
-            out.halo_index += nodes.nbytes + at.size * indptr.itemsize
+            out.halo_index += nodes.nbytes + ends.nbytes
             out.drop(nodes)
             del nodes
-            x = self._store_file(k, "x.npy")
-            step = max(1, _SLAB // max(1, x.strides[0]))
+            row_bytes = nf * x_dtype.itemsize
+            step = max(1, _SLAB // max(1, row_bytes))
             for lo in range(0, rows.size, step):  # ascending rows: sequential reads
-                slab = x[rows[lo:lo + step]]
+                slab = self._take(k, "x.npy", rows[lo:lo + step], out)
                 out.hold(slab)
                 x_out[a + lo:a + lo + slab.shape[0]] = slab
-                out.halo_rows += slab.shape[0] * x.strides[0]
+                out.halo_rows += slab.shape[0] * row_bytes
                 out.drop(slab)
         if x_out is not None:
             x_out.flush()
@@ -225,6 +246,21 @@ class LocalCopy:
                  for name in HALO_FILES}
         (tmp / "fetched.json").write_text(json.dumps(
             {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
+
+    def _read_all(self, k: int, name: str) -> np.ndarray:
+        if self.remote is not None:
+            self._store_file(k, name)
+            return self.remote.read_all(f"{chunk_dir(k)}/{name}")
+        return np.array(self._store_file(k, name))
+
+    def _take(self, k: int, name: str, idx: np.ndarray, out: Fetched) -> np.ndarray:
+        """Rows idx (ascending, distinct) of chunk k's file; a bucket's gap bytes into out."""
+        if self.remote is not None:
+            self._store_file(k, name)
+            rows, over = self.remote.take(f"{chunk_dir(k)}/{name}", idx)
+            out.over_read += over
+            return rows
+        return self._store_file(k, name)[idx]
 
     # -- checks before use ---------------------------------------------------------------------
     def _usable_chunk(self, k: int) -> bool:

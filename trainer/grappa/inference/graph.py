@@ -42,6 +42,9 @@ def training_graph(model: str, meta: dict) -> Graph:
     if not want or not places:
         raise ConfigError(f"model {model} was not trained on a chunk store (`grappa single` trains on "
                           "the dataset in memory): give the graph with --store DIR or --dataset/--config")
+    s3 = (meta.get("store") or {}).get("s3")
+    if s3:  # trained on a bucket: its local mirror, completed (every file, checked when opened)
+        _refill_mirror(model, s3, places)
     found = [(p, _fingerprint(p)) for p in places if (p / MANIFEST).is_file()]
     same = next((p for p, f in found if f == want), None)
     if same is None and found:
@@ -58,6 +61,20 @@ def training_graph(model: str, meta: dict) -> Graph:
             "--dataset/--config (e.g. the training run's config)")
     _refuse_stale(model, same)
     return Graph(ChunkStore(same), want, training=True)
+
+
+def _refill_mirror(model: str, s3: dict, places: list[Path]) -> None:
+    """The bucket's store, whole, in the first of `places` holding its mirror (else where the
+    training wrote it), so predict's workers read it as a local store."""
+    from grappa.config import S3Config
+    from grappa.data.s3 import Bucket
+    from grappa.data.s3.mirror import complete_mirror
+    folder = next((p for p in places if (p / MANIFEST).is_file()), places[-1])
+    bucket = Bucket(S3Config.model_validate(s3))
+    n = complete_mirror(bucket, folder)
+    if n:
+        print(f"grappa: model {model} was trained on {bucket.where}: downloaded {n / 2**20:,.1f} MiB of "
+              f"it into its local mirror {folder}", file=sys.stderr)
 
 
 def _refuse_stale(model: str, store: Path) -> None:

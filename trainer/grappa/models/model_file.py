@@ -71,7 +71,10 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
         **({"label_names": manifest["tables"]["label_names"]}
            if manifest and (manifest.get("tables") or {}).get("label_names") else {}),
         "store": ({"written_at": str(Path(cfg.store_path).resolve()), "fingerprint": store_fingerprint(manifest),
-                   "num_nodes": int(manifest["num_nodes"]), "num_chunks": int(manifest["num_chunks"])}
+                   "num_nodes": int(manifest["num_nodes"]), "num_chunks": int(manifest["num_chunks"]),
+                   # storage.s3: written_at is the bucket's local mirror; predict refills it from here
+                   **({"s3": cfg.storage.s3.model_dump(by_alias=True, exclude_none=True)}
+                      if cfg.storage.s3 else {})}
                   if manifest else None),
     }
 

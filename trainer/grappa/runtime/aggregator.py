@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from grappa.config import TrainConfig, dump_config
-from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.chunk_store import open_store
 from grappa.models.model_file import describe as describe_model
 from grappa.models.model_file import located, save_model
 from grappa.models.params import flat_state, num_buffer_values, num_params
@@ -48,7 +48,7 @@ class Aggregator:
         self.sink = sink or NullSink()
         self.metrics = metrics
         self.workers = list(range(1, link.world_size))
-        self.manifest = ChunkStore(cfg.store_path).manifest
+        self.manifest = open_store(cfg).manifest
         torch.manual_seed(cfg.training.seed)
         self.model = build_task_model(cfg, self.manifest["num_features"], self.manifest["num_classes"])
         self.optimizer = make_optimizer(cfg, self.model)

@@ -14,7 +14,7 @@ import torch
 from grappa.config import TrainConfig
 from grappa.data.blocks import full_blocks
 from grappa.data.datasets import load_dataset
-from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.chunk_store import ChunkStore, open_store
 from grappa.models.build import build_model
 from grappa.models.params import flat_state, load_flat_state, num_buffer_values, num_params
 from grappa.runtime.exchange import StepOutcome, apply_sum, message_size, pack
@@ -36,7 +36,7 @@ class Simulation:
             raise ValueError(f"the in-process simulation runs node classification only so far, not "
                              f"task {cfg.task!r}; use `grappa train` (processes)")
         self.cfg = cfg
-        self.store = store or ChunkStore(cfg.store_path)
+        self.store = store or open_store(cfg)
         man = self.store.manifest
         torch.manual_seed(cfg.training.seed)
         self.model = build_model(cfg.model, man["num_features"], man["num_classes"], cfg.training.mode)

@@ -22,7 +22,7 @@ from grappa.data.idhash import hash64, hash_key
 from grappa.data.sampling.bounded import bounded_samples, input_bytes
 from grappa.data.sampling.store_sampler import StoreSampler
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.chunk_store import ChunkStore, open_store
 from grappa.models.params import load_flat_state, num_buffer_values, num_params
 from grappa.runtime import protocol as proto
 from grappa.runtime.exchange import StepExchange
@@ -46,7 +46,7 @@ class Worker:
     def __init__(self, cfg: TrainConfig, link: Link, store: Optional[ChunkStore] = None):
         self.cfg = cfg
         self.link = link
-        self.store = store or ChunkStore(cfg.store_path)
+        self.store = store or open_store(cfg)
         man = self.store.manifest
         torch.manual_seed(cfg.training.seed)
         self.model = build_task_model(cfg, man["num_features"], man["num_classes"])

@@ -65,7 +65,7 @@ class Strategy(ABC):
         self.step = 0
         # storage.fetch: the round's data read from a worker-local copy (data/prefetch.py)
         self.fetcher = None if cfg.storage.fetch == "direct" else \
-            RoundFetcher(LocalCopy(store.path, cfg.local_path(rank)))
+            RoundFetcher(LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None)))
 
     def variable_chunk(self, decision: RoundDecision) -> Optional[int]:
         """The chunk this worker holds beside its base chunks in `decision`'s round."""

@@ -49,10 +49,14 @@ class Chunk:
 
 class ChunkStore:
     """Read access to a prepared store. `bytes_read` counts array bytes loaded for use;
-    `bytes_hashed` counts bytes read only to verify checksums."""
+    `bytes_hashed` counts bytes read only to verify checksums. With `remote` (a data.s3 Bucket),
+    `path` is the bucket's local mirror (data/s3/mirror.py): a file is downloaded whole when
+    first opened (`bytes_downloaded`), then checked like any other."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, remote=None) -> None:
         self.path = Path(path)
+        self.remote = remote
+        self.bytes_downloaded = 0
         self.manifest: dict[str, Any] = read_manifest(self.path)
         self.num_chunks: int = int(self.manifest["num_chunks"])
         self.bytes_read = 0
@@ -64,6 +68,8 @@ class ChunkStore:
     def _verified(self, rel: str, expected: dict[str, Any]) -> np.ndarray:
         """The file as a read-only memory map, after its header and data checksum matched."""
         path = self.path / rel
+        if self.remote is not None:
+            return self._mirrored(rel, expected)
         if not path.is_file():
             raise ChunkStoreError(f"chunk store file {path} is missing; {_FIX}")
         try:
@@ -85,6 +91,25 @@ class ChunkStore:
             self.bytes_hashed += size - offset
             _VERIFIED[key] = size
         return arr
+
+    def _mirrored(self, rel: str, expected: dict[str, Any]) -> np.ndarray:
+        """A mirrored file, downloaded when missing or when the copy there fails its check."""
+        from grappa.data.s3.mirror import download
+        remote, self.remote = self.remote, None  # _verified on the folder, as a local store
+        try:
+            if (self.path / rel).is_file():
+                try:
+                    return self._verified(rel, expected)
+                except ChunkStoreError:
+                    pass  # a stale or cut copy: the bucket's is fetched again
+            self.bytes_downloaded += download(remote, rel, self.path / rel)
+            try:
+                return self._verified(rel, expected)
+            except ChunkStoreError as err:
+                raise ChunkStoreError(f"{remote.where}{rel} does not match the store's manifest "
+                                      f"({err}); prepare the store in the bucket again") from None
+        finally:
+            self.remote = remote
 
     def _array(self, k: int, name: str) -> np.ndarray:
         """Chunk k's file as a verified, read-only memory map (opened once per store object)."""
@@ -161,3 +186,15 @@ class ChunkStore:
             x[pos[torch.from_numpy(sort)]] = torch.from_numpy(xr)
             deg[pos[torch.from_numpy(sort)]] = torch.from_numpy(np.ascontiguousarray(dr))
         return x, deg
+
+
+def open_store(cfg) -> ChunkStore:
+    """The job's store (a TrainConfig's storeDir, or its storage.s3 bucket through the local
+    mirror in storeDir)."""
+    if cfg.storage.s3 is None:
+        return ChunkStore(cfg.store_path)
+    from grappa.data.s3.bucket import Bucket
+    from grappa.data.s3.mirror import open_mirror
+    bucket = Bucket(cfg.storage.s3)
+    open_mirror(bucket, cfg.store_path)
+    return ChunkStore(cfg.store_path, remote=bucket)

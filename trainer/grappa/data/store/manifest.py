@@ -87,7 +87,13 @@ def is_prepared(out_dir: str | Path, source: dict, num_chunks: int, seed: int) -
     out_dir = Path(out_dir)
     if not (out_dir / MANIFEST).is_file():
         return False
-    manifest = read_manifest(out_dir)
+    check_identity(read_manifest(out_dir), source, num_chunks, seed, str(out_dir / MANIFEST),
+                   f"Use another storeDir, or delete {out_dir} to re-prepare it")
+    return True
+
+
+def check_identity(manifest: dict, source: dict, num_chunks: int, seed: int, where: str, fix: str) -> None:
+    """Raise naming the first field where `manifest` is not the store asked for, and `fix`."""
     want = identity(source, num_chunks, seed)
     for field, value in want.items():
         have = manifest.get(field)
@@ -97,6 +103,5 @@ def is_prepared(out_dir: str | Path, source: dict, num_chunks: int, seed: int) -
                 sub = next((k for k in keys if have.get(k) != value.get(k)), None)
                 field, have, value = f"source.{sub}", have.get(sub), value.get(sub)
             raise ChunkStoreError(
-                f"{out_dir / MANIFEST} was prepared for a different job: {field} is {have!r} there "
-                f"but {value!r} now. Use another storeDir, or delete {out_dir} to re-prepare it")
-    return True
+                f"{where} was prepared for a different job: {field} is {have!r} there "
+                f"but {value!r} now. {fix}")

@@ -51,6 +51,14 @@ TRAINING = Purpose()
 
 def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = False,
                   purpose: Purpose = TRAINING) -> dict:
+    if cfg.storage.s3 is not None:  # the store in a bucket, staged in storeDir
+        from grappa.data.s3.prepare import prepare_in_bucket
+        return prepare_in_bucket(cfg, progress, reprepare, purpose)
+    return prepare_local(cfg, progress, reprepare, purpose)
+
+
+def prepare_local(cfg: TrainConfig, progress: bool = True, reprepare: bool = False,
+                  purpose: Purpose = TRAINING) -> dict:
     source_id = store_source(cfg)
     store = cfg.store_path
     folder, files = input_files(cfg.dataset)
@@ -66,11 +74,15 @@ def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = Fal
             f"the new one is complete), or delete {store}")
     if changed:
         manifest = _replace(cfg, store, source_id, _recorded(folder, prints), progress, purpose)
+    check_labelled(cfg, manifest, purpose, str(store), "give another storeDir, or delete it")
+    return manifest
+
+
+def check_labelled(cfg: TrainConfig, manifest: dict, purpose: Purpose, where: str, fix: str) -> None:
     if purpose.need_labels and cfg.task != "link-prediction" and int(manifest["num_classes"]) < 1:
         raise ChunkStoreError(
-            f"the chunk store {store} holds a graph without labels (prepared for predict): training "
-            f"needs labels.npy and train/val/test; give another storeDir, or delete {store}")
-    return manifest
+            f"the chunk store {where} holds a graph without labels (prepared for predict): training "
+            f"needs labels.npy and train/val/test; {fix}")
 
 
 def _recorded(folder: Path, prints: dict) -> Optional[dict]:

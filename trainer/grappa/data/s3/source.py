@@ -1,0 +1,108 @@
+"""What a worker's fetch (data/local_copy.py) reads of a store in a bucket, by ranged GETs.
+
+A chunk file copied whole is one GET, streamed. Scattered rows (a halo's feature rows, indptr
+entries) are read as ranges: rows whose gap is at most GAP_BYTES are read together in one
+request, since a request costs a round trip and the gap's bytes cost less below that; the gap
+bytes read are counted apart (`over_read`), so the counts say what crossed the link. Ranges are
+requested by PARALLEL threads at once, in ascending order of offset.
+
+A file's .npy header is read once per process (its first HEADER_PROBE bytes, more if longer)
+and checked against the manifest like a local file's.
+"""
+from __future__ import annotations
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import numpy as np
+
+from grappa.data.errors import ChunkStoreError
+from grappa.data.s3.bucket import Bucket
+
+GAP_BYTES = 1 << 16
+MAX_RANGE = 1 << 23   # bytes a request at most (a long run of rows is split)
+PARALLEL = 8
+HEADER_PROBE = 1024
+
+
+class S3Source:
+    def __init__(self, bucket: Bucket) -> None:
+        self.bucket = bucket
+        self._headers: dict[str, tuple[np.dtype, tuple, int]] = {}
+
+    def header(self, rel: str) -> tuple[np.dtype, tuple, int]:
+        """(dtype, shape, data offset) of the object's .npy header."""
+        if rel not in self._headers:
+            probe = HEADER_PROBE
+            while True:
+                head = self.bucket.get(rel, 0, probe, exact=False)
+                f = io.BytesIO(head)
+                try:
+                    version = np.lib.format.read_magic(f)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, fortran, dtype = read(f)
+                except ValueError as err:
+                    if len(head) == probe and probe < (1 << 20):
+                        probe *= 8  # a header longer than the probe
+                        continue
+                    raise ChunkStoreError(f"{self.bucket.where}{rel} is not a .npy file ({err}); "
+                                          "prepare the store in the bucket again") from None
+                if fortran:
+                    raise ChunkStoreError(f"{self.bucket.where}{rel} is in Fortran order, which no "
+                                          "store writes; prepare the store in the bucket again")
+                self._headers[rel] = (np.dtype(dtype), tuple(shape), f.tell())
+                break
+        return self._headers[rel]
+
+    def copy(self, rel: str, fo, on_data: Callable[[bytes], None]) -> int:
+        """The whole object into fo; on_data sees the bytes after the header; returns their count."""
+        offset = self.header(rel)[2]
+        seen = 0
+        n = 0
+        for buf in self.bucket.stream(rel, 1 << 22):
+            fo.write(buf)
+            data = buf[max(0, offset - seen):]
+            if data:
+                on_data(data)
+                n += len(data)
+            seen += len(buf)
+        return n
+
+    def read_all(self, rel: str) -> np.ndarray:
+        dtype, shape, offset = self.header(rel)
+        size = int(np.prod(shape)) * dtype.itemsize
+        return np.frombuffer(self.bucket.get(rel, offset, size), dtype=dtype).reshape(shape).copy()
+
+    def take(self, rel: str, idx: np.ndarray) -> tuple[np.ndarray, int]:
+        """Rows idx (ascending, distinct) of the object's array, and the gap bytes read besides."""
+        dtype, shape, offset = self.header(rel)
+        row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        out = np.empty((idx.size, *shape[1:]), dtype=dtype)
+        if not idx.size:
+            return out, 0
+        if idx[-1] >= shape[0] or idx[0] < 0:
+            raise ChunkStoreError(f"row {int(idx[-1])} is past {self.bucket.where}{rel}'s {shape[0]} rows")
+        # runs of rows read together: a new run where the gap exceeds GAP_BYTES or the run MAX_RANGE
+        gap_rows = max(1, GAP_BYTES // max(row, 1))
+        cut = np.flatnonzero(np.diff(idx) > gap_rows) + 1
+        runs = []  # (first index into idx, last + 1)
+        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, idx.size].tolist()):
+            while a < b:  # split a run longer than MAX_RANGE
+                end = int(np.searchsorted(idx, idx[a] + max(1, MAX_RANGE // max(row, 1)), "left"))
+                end = min(b, max(end, a + 1))
+                runs.append((a, end))
+                a = end
+
+        def fetch(run: tuple[int, int]) -> int:
+            a, b = run
+            lo, hi = int(idx[a]), int(idx[b - 1]) + 1
+            buf = np.frombuffer(self.bucket.get(rel, offset + lo * row, (hi - lo) * row), dtype=dtype)
+            block = buf.reshape((hi - lo, *shape[1:]))
+            out[a:b] = block[idx[a:b] - lo]
+            return (hi - lo - (b - a)) * row
+
+        with ThreadPoolExecutor(min(PARALLEL, len(runs))) as pool:
+            over = sum(pool.map(fetch, runs))
+        return out, over
