@@ -66,11 +66,15 @@ def pytest_configure(config: pytest.Config) -> None:
 # Unit tests that run a tool `make test` builds after the unit tests start (helm, then kube-score,
 # built after the cluster's binaries on a cold machine): last in the unit lane, so little waits.
 LATE = ("test_op_helm.py", "test_op_monitoring.py", "test_manifests.py", "test_images.py", "test_op_kube_score.py")
+# Unit tests that run SeaweedFS's S3 gateway (tests/s3_server.py), the bed's last Go build (after
+# Kueue's manager): after the LATE ones, and they wait for it ($GRAPPA_S3_READY) like those for helm.
+S3_LATE = ("test_s3_store.py", "test_seaweedfs.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: lanes.order(item, LATE))  # stable: the usual order otherwise
+    # stable: the usual order otherwise
+    items.sort(key=lambda item: (*lanes.order(item, LATE + S3_LATE), item.path.name in S3_LATE))
     if lanes.in_lane():
         lanes.group(items)
 
@@ -83,6 +87,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # waited for here, not in a fixture that the test's timeout would cut short.
     if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.TOOLS, "helm")
+    if item.path.name in S3_LATE:
+        kind_bed.wait_for(kind_bed.S3, "SeaweedFS (the S3 tests' server)")
     if item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.CLUSTER, "cluster")
         if any(m.args[:1] == ("kueue",) for m in item.iter_markers("xdist_group")):

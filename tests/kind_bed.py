@@ -15,6 +15,7 @@ from waiting import wait_until
 CLUSTER = "GRAPPA_E2E_CLUSTER_READY"  # the cluster, with the images loaded
 KUEUE = "GRAPPA_E2E_KUEUE_READY"      # Kueue installed in it (built and installed last)
 TOOLS = "GRAPPA_TOOLS_READY"          # helm, built after the cluster's binaries
+S3 = "GRAPPA_S3_READY"                # SeaweedFS's weed (tests/s3_server.py), the last Go build
 
 
 def wait_for(env: str, what: str) -> bool:

@@ -49,6 +49,22 @@ def command(pid: int) -> str:
 # session (the first test that prepares a store in-process starts them): not a test's leftovers.
 SESSION_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
+# Servers a session-scoped fixture started (tests/s3_server.py's SeaweedFS), for the whole session:
+# they and theirs are not the leftovers of the test that happened to start them.
+_KEPT: set[int] = set()
+
+
+def keep(pid: int) -> None:
+    _KEPT.add(pid)
+
+
+def release(pid: int) -> None:
+    _KEPT.discard(pid)
+
+
+def _kept() -> set[int]:
+    return set().union(*({pid} | descendants(pid) for pid in _KEPT))
+
 
 def end_new(before: set[int], grace: float = 10.0) -> dict[int, str]:
     """The descendants that were not there `before`, given `grace` seconds (stretched by the
@@ -56,7 +72,7 @@ def end_new(before: set[int], grace: float = 10.0) -> dict[int, str]:
     SIGKILLed. Returns what had to be killed."""
     deadline = time.monotonic() + grace * load_factor()
     while True:
-        new = {pid for pid in descendants(os.getpid()) - before
+        new = {pid for pid in descendants(os.getpid()) - before - _kept()
                if not any(h in command(pid) for h in SESSION_HELPERS)}
         if not new or time.monotonic() > deadline:
             break

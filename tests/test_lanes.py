@@ -107,7 +107,7 @@ def test_three_lanes_keep_units_together_run_exclusive_alone_and_make_once(tmp_p
     # Not the lanes this test may itself run in: a fresh controller with its own folder.
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "GRAPPA_LANES", "GRAPPA_UNIT_LANES", "GRAPPA_E2E",
-                                 "GRAPPA_TOOLS", "GRAPPA_PHASES"))}  # not the bed's
+                                 "GRAPPA_TOOLS", "GRAPPA_S3", "GRAPPA_PHASES"))}  # not the bed's
     env["LANES_LOG"] = str(log)
     env["GRAPPA_UNIT_LANES"] = str(unit_lanes)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",

@@ -64,8 +64,26 @@ go_tools() {  # the Go builds after the cluster's, beside the node image and the
     phase kueue-binary "$KIND_DIR/kueue.sh" binary
 }
 
+# The last Go build, once go-tools is done (after Kueue's manager, so it delays neither the cluster
+# nor Kueue, and beside Kueue's image and install): SeaweedFS's weed, the S3 server of the S3 store's
+# tests, which wait for $GRAPPA_S3_READY (the unit ones last in their lane: tests/conftest.py S3_LATE).
+S3_STARTED=
+start_s3() {  # once go-tools has ended, whatever its result (the S3 server needs nothing it makes)
+    [[ -z $S3_STARTED ]] || return 0
+    S3_STARTED=1
+    if [[ -n ${JOB_PID[go-tools]:-} ]]; then wait "${JOB_PID[go-tools]}" || true; fi
+    job seaweedfs go_s3
+}
+
+go_s3() {
+    "$REPO/hack/seaweedfs.sh" >/dev/null \
+        || { log "SeaweedFS was not built (log: $BED/logs/seaweedfs.log)"; touch "$BED/run/s3.failed"; return 1; }
+    touch "$BED/run/s3.ready"
+}
+
 kueue_image() {
     await go-tools
+    start_s3
     phase kueue-image "$KIND_DIR/kueue.sh" image
 }
 
@@ -77,7 +95,7 @@ bring_up() {  # bring_up <kubeconfig>
     # kubectl and helm for cluster.sh and kueue.sh, once built (the command gets the same PATH)
     PATH=$("$REPO/hack/build-controlplane.sh" --path | tail -1):$("$REPO/hack/build-controlplane.sh" --helm-path | tail -1):$PATH
     # whatever ends this early leaves the markers the tests wait on saying so
-    trap 'for m in tools cluster kueue; do [[ -e $BED/run/$m.ready ]] || touch "$BED/run/$m.failed"; done' EXIT
+    trap 'for m in tools cluster kueue s3; do [[ -e $BED/run/$m.ready ]] || touch "$BED/run/$m.failed"; done' EXIT
     build
     phase cluster "$KIND_DIR/cluster.sh" up "$kubeconfig" >"$BED/logs/cluster.log" 2>&1 \
         || { tail -20 "$BED/logs/cluster.log" >&2; die "the cluster did not come up (log: $BED/logs/cluster.log)"; }
@@ -90,10 +108,13 @@ bring_up() {  # bring_up <kubeconfig>
     fi
     touch "$BED/run/kueue.ready"
     log "Kueue ready"
+    start_s3  # (started already, unless the bed has no Kueue)
+    await seaweedfs
+    log "SeaweedFS ready"
 }
 
 start_bring_up() {
-    rm -f "$BED"/run/{tools,cluster,kueue}.{ready,failed} "$BED/run/bring-up.pid"
+    rm -f "$BED"/run/{tools,cluster,kueue,s3}.{ready,failed} "$BED/run/bring-up.pid"
     setsid "$0" bring-up "$1" >"$BED/logs/bring-up.log" 2>&1 &
     echo $! >"$BED/run/bring-up.pid"
 }
@@ -114,7 +135,7 @@ teardown() {
     trap '' INT TERM
     log "teardown ..."
     stop_bring_up
-    rm -f "$BED"/run/{tools,cluster,kueue}.{ready,failed}
+    rm -f "$BED"/run/{tools,cluster,kueue,s3}.{ready,failed}
     "$KIND_DIR/cluster.sh" down || status=1
     "$KIND_DIR/dockerd.sh" stop || status=1
     for br in "$KIND_BRIDGE" "$DOCKER_BRIDGE"; do
@@ -165,7 +186,7 @@ run() {  # run [--early] <command...>
     export PATH=$cp_bin:$helm_bin:$PATH GRAPPA_TOOLS_HELM=$helm_bin/helm
     export KUBECONFIG=$kubeconfig GRAPPA_E2E_USE_KUBECONFIG=1 GRAPPA_CONTROLPLANE_BIN=$cp_bin \
         GRAPPA_E2E_CLUSTER_READY=$BED/run/cluster.ready GRAPPA_E2E_KUEUE_READY=$BED/run/kueue.ready \
-        GRAPPA_TOOLS_READY=$BED/run/tools.ready \
+        GRAPPA_TOOLS_READY=$BED/run/tools.ready GRAPPA_S3_READY=$BED/run/s3.ready \
         GRAPPA_E2E_OPERATOR_IMAGE=grappa-operator:bed GRAPPA_E2E_TRAINER_IMAGE=grappa-trainer:bed \
         GRAPPA_E2E_PULL_POLICY=Never GRAPPA_E2E_KIND_CLUSTER=$CLUSTER
     # the bed installs Kueue when its source is there: its test must then run, not skip.
@@ -183,7 +204,7 @@ run() {  # run [--early] <command...>
 }
 
 case ${1:-} in
-    build) trap '"$KIND_DIR/dockerd.sh" stop' EXIT; build; kueue_image ;;
+    build) trap '"$KIND_DIR/dockerd.sh" stop' EXIT; build; kueue_image; await seaweedfs ;;
     bring-up) bring_up "${2:?kubeconfig path}" ;;  # started by run (start_bring_up)
     run) shift; opt=()
          [[ ${1:-} == --early ]] && { opt=(--early); shift; }
