@@ -18,7 +18,8 @@ from grappa.data.local_graph import build_local_graph
 from grappa.data.s3 import Bucket, S3Error
 from grappa.data.s3 import upload as upload_module
 from grappa.data.store.chunk_store import ChunkStore, open_store
-from grappa.data.store.manifest import MANIFEST
+from grappa.data.s3.source import HEADER_PROBE
+from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir
 from grappa.data.store.preparation import prepare_store
 from grappa.models.model_file import read_meta
 from grappa.runtime.local_job import LocalJob
@@ -121,9 +122,17 @@ def test_a_fetch_from_the_bucket_reads_what_the_folders_does_and_builds_the_same
     got = copy.fetch(base + [var])
     index, rows = arrays.halo_bytes(base + [var])
     assert (got.chunk_files, got.halo_index, got.halo_rows) == (arrays.chunk_bytes(base + [var]), index, rows)
-    # what crossed the link: the rows, the gaps between rows read together, and .npy headers
-    headers = bucket.bytes_received - got.total
-    assert 0 <= headers <= 128 * 6 * len(base + [var]) + 2 * 128 * K and rows > 0
+    # what crossed the link besides: the manifest (open_store), each file's header, probed once,
+    # and the owned files' own, copied whole with them (the gaps read between rows: got.total)
+    halo_chunks = set(arrays.chunk_of[arrays.halo(base + [var])].tolist())
+    probed = [(k, f) for k in base + [var] for f in CHUNK_FILES] + \
+        [(k, f) for k in halo_chunks for f in ("nodes.npy", "indptr.npy", "x.npy")]
+    probes = sum(min(HEADER_PROBE, (cfg.store_path / chunk_dir(k) / f).stat().st_size) for k, f in probed)
+    copied_headers = sum(np.load(cfg.store_path / chunk_dir(k) / f, mmap_mode="r").offset
+                         for k in base + [var] for f in CHUNK_FILES)
+    manifest = (cfg.store_path / MANIFEST).stat().st_size
+    assert bucket.bytes_received - got.total == manifest + probes + copied_headers
+    assert rows > 0 and got.over_read < rows
     assert sorted(p.name for p in mirror.iterdir()) == [MANIFEST]  # nothing downloaded whole
     direct = build_local_graph(ChunkStore(cfg.store_path), base, var)
     assert_same_graph(direct, build_local_graph(copy.view(base + [var]), base, var))
