@@ -19,13 +19,6 @@ if [[ ! -f $dest/.complete ]]; then
     echo ">> downloading the wheels of hack/requirements.lock into $dest (once per lock: torch is ~2.6 GB)" >&2
     t0=$SECONDS
     mkdir -p "$dest"
-    # A changed pin downloads only what changed: the wheels of the newest complete wheelhouse
-    # (torch's 2.6 GB among them) are hard-linked in first, and pip skips files already there.
-    # A wheel of an old pin left over is never installed (every install names exact pins).
-    prev=$(ls -td "$cache"/wheelhouse-*/.complete 2>/dev/null | head -1 | xargs -r dirname)
-    if [[ -n $prev && $prev != "$dest" ]]; then
-        cp -l "$prev"/*.whl "$dest"/ 2>/dev/null || cp "$prev"/*.whl "$dest"/
-    fi
     # Only wheels: an sdist would need the network again to build. pip skips files already there,
     # so an interrupted download resumes where it stopped.
     "$python" -m pip download --quiet --only-binary=:all: -r "$lock" -d "$dest" >&2

@@ -5,12 +5,14 @@ manifest last; a worker's fetch from the bucket reads the bytes the folder store
 the same parameters as on a folder; a wrong endpoint, bucket or credential fails within seconds
 naming the storage.s3 field, nothing written."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from grappa.app.cli import main
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
 from grappa.data.local_copy import LocalCopy
@@ -158,6 +160,16 @@ def test_a_job_on_the_bucket_trains_the_same_parameters_as_on_a_folder(creds, s3
     for h_f, h_s in zip(rep_f["history"], rep_s["history"]):
         f, s = h_f["worker_store_read_bytes"]["fetched"], h_s["worker_store_read_bytes"]["fetched"]
         assert all(b_s >= b_f > 0 for b_f, b_s in zip(f, s))  # the bucket's counts add the gaps read
+    # predict on the bucket's model: its mirror (here gone whole) refilled from the bucket, the
+    # same predictions as the folder's model on its own store
+    shutil.rmtree(tmp_path / "s3" / "mirror")
+    out = {}
+    for name in runs:
+        model = tmp_path / name / "run" / "model.pt"
+        assert main(["predict", "--model", str(model), "--partitions", "2", "--quiet"]) == 0
+        out[name] = np.load(model.parent / "predictions" / "predictions.npy")
+    np.testing.assert_array_equal(out["s3"], out["folder"])
+    assert (tmp_path / "s3" / "mirror" / MANIFEST).is_file()
 
 
 @pytest.mark.parametrize("wrong, field", [
