@@ -32,6 +32,7 @@ from grappa.config import (
     TrainConfig,
     TrainingConfig,
     VarcoConfig,
+    bucket_store,
 )
 
 from . import cel, quantities, settings
@@ -222,6 +223,10 @@ class Storage(Section):
         "Credentials: the Secret s3.secretName, given to every pod as AWS_ACCESS_KEY_ID and "
         "AWS_SECRET_ACCESS_KEY.")
 
+    @property
+    def bucket_store(self) -> Optional[S3Config]:
+        return bucket_store(self.s3)
+
     @model_validator(mode="after")
     def _one_source(self) -> "Storage":
         if (self.claim_name is None) == (self.host_path is None):
@@ -290,7 +295,7 @@ SPEC_RULES = [
     cel.rule("self.strategy == 'grappa' || !has(self.storage.fetch) || self.storage.fetch == 'direct'",
              "storage.fetch fetches the rounds of strategy grappa only (other strategies read the store "
              "directly): remove storage.fetch or set strategy: grappa", ".storage.fetch"),
-    cel.rule("!has(self.storage.s3) || self.strategy != 'grappa' || "
+    cel.rule("!has(self.storage.s3) || !has(self.storage.s3.bucket) || self.strategy != 'grappa' || "
              "(has(self.storage.fetch) && self.storage.fetch != 'direct')",
              "storage.fetch direct reads the store through memory maps of the volume, which "
              "storage.s3 is not: set storage.fetch: prefetch (or on-demand)", ".storage.fetch"),

@@ -154,7 +154,7 @@ def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
     mount = spec.storage.mount_path
     rd = run_dir(job, spec)
     # storage.s3: storeDir is each pod's local mirror of the bucket (data/s3/mirror.py), on its emptyDir
-    store = posixpath.join(s.LOCAL_DATA_PATH, "store") if spec.storage.s3 else posixpath.join(rd, "store")
+    store = posixpath.join(s.LOCAL_DATA_PATH, "store") if spec.storage.bucket_store else posixpath.join(rd, "store")
     cfg = spec.to_train_config(run_dir=rd, store_dir=store)
     if cfg.storage.fetch != "direct":  # fetched round data goes to the worker pod's emptyDir
         cfg.storage = cfg.storage.model_copy(update={"local_dir": s.LOCAL_DATA_PATH})
@@ -225,7 +225,7 @@ def _env(job: JobRef, spec: GrappaJobSpec, cfg: TrainConfig, role: str, rank: Op
     threads = cpu_threads(pod)
     if threads is not None and role != s.ROLE_PREPARE:
         env.append({"name": "GRAPPA_THREADS", "value": str(threads)})  # torch threads = CPU budget
-    s3 = spec.storage.s3
+    s3 = spec.storage.bucket_store
     if s3 is not None and s3.secret_name:  # boto3 reads these (data/s3/bucket.py)
         env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": s3.secret_name, "key": key}}}
                 for var, key in (("AWS_ACCESS_KEY_ID", s3.access_key_id_key),
@@ -307,7 +307,7 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
         "volumes": [_volume(spec), {"name": "tmp", "emptyDir": {}}],
     }
     # storage.localDir (a worker's fetched rounds) and storage.s3's mirror: node-local disk
-    if (role == s.ROLE_WORKER and cfg.storage.fetch != "direct") or spec.storage.s3 is not None:
+    if (role == s.ROLE_WORKER and cfg.storage.fetch != "direct") or spec.storage.bucket_store is not None:
         pod_spec["containers"][0]["volumeMounts"].append({"name": "grappa-local", "mountPath": s.LOCAL_DATA_PATH})
         pod_spec["volumes"].append({"name": "grappa-local", "emptyDir": {}})
     if role == s.ROLE_AGGREGATOR:

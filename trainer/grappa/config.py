@@ -476,8 +476,10 @@ class S3Config(Section):
     endpoint: Optional[str] = Field(
         None, max_length=PATH_MAX, pattern=r"^https?://[^/\s]+/?$", description="The service's URL, "
         "e.g. http://seaweedfs.storage:8333 (default: AWS S3 of the region).")
-    bucket: str = Field(..., min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
-                        description="The bucket; it must exist (prepare never creates one).")
+    bucket: Optional[str] = Field(
+        None, min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
+        description="The bucket; it must exist (prepare never creates one). A section without one is "
+        "no bucket store.")
     prefix: str = Field("", max_length=PATH_MAX, pattern=r"^([^/\s][^\s]*/)?$", description="Key "
                         "prefix of the store inside the bucket, ending in / (e.g. graphs/cora-8/); "
                         "empty: the bucket's top.")
@@ -490,6 +492,11 @@ class S3Config(Section):
                                    description="The Secret's key holding the access key id.")
     secret_access_key_key: str = Field("AWS_SECRET_ACCESS_KEY", max_length=253,
                                        description="The Secret's key holding the secret access key.")
+
+
+def bucket_store(s3: Optional[S3Config]) -> Optional[S3Config]:
+    """storage.s3 when it names a bucket (a section without one is no bucket store)."""
+    return s3 if s3 is not None and s3.bucket else None
 
 
 class StorageConfig(Section):
@@ -511,6 +518,10 @@ class StorageConfig(Section):
         None, description="The chunk store in an S3 bucket instead of a shared folder: prepare "
         "uploads it; storeDir then holds each process's local mirror of what it reads whole. "
         "Needs storage.fetch prefetch or on-demand with strategy grappa.")
+
+    @property
+    def bucket_store(self) -> Optional[S3Config]:
+        return bucket_store(self.s3)
 
 
 class TrainConfig(Section):
@@ -563,7 +574,7 @@ class TrainConfig(Section):
             raise ValueError(f"storage.fetch {self.storage.fetch!r} fetches the rounds of strategy grappa "
                              f"only (strategy is {self.strategy!r}, which reads the store directly): "
                              "remove storage.fetch or set strategy: grappa")
-        if self.storage.s3 is not None and self.storage.fetch == "direct" and self.strategy == "grappa":
+        if self.storage.bucket_store is not None and self.storage.fetch == "direct" and self.strategy == "grappa":
             raise ValueError("storage.fetch direct reads the store through memory maps of a mounted "
                              "folder, which storage.s3 is not: set storage.fetch: prefetch (or on-demand)")
         fan = self.training.fanouts

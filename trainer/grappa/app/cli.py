@@ -167,7 +167,7 @@ def cmd_prepare(cfg: TrainConfig, reprepare: bool = False) -> int:
 
 
 def store_where(cfg: TrainConfig) -> str:
-    s3 = cfg.storage.s3
+    s3 = cfg.storage.bucket_store
     return f"s3://{s3.bucket}/{s3.prefix} (staged in {cfg.store_path})" if s3 else str(cfg.store_path)
 
 

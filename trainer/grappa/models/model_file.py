@@ -73,8 +73,8 @@ def describe(cfg, num_features: int, num_classes: int, widths: list[int],
         "store": ({"written_at": str(Path(cfg.store_path).resolve()), "fingerprint": store_fingerprint(manifest),
                    "num_nodes": int(manifest["num_nodes"]), "num_chunks": int(manifest["num_chunks"]),
                    # storage.s3: written_at is the bucket's local mirror; predict refills it from here
-                   **({"s3": cfg.storage.s3.model_dump(by_alias=True, exclude_none=True)}
-                      if cfg.storage.s3 else {})}
+                   **({"s3": cfg.storage.bucket_store.model_dump(by_alias=True, exclude_none=True)}
+                      if cfg.storage.bucket_store else {})}
                   if manifest else None),
     }
 

@@ -191,10 +191,10 @@ class ChunkStore:
 def open_store(cfg) -> ChunkStore:
     """The job's store (a TrainConfig's storeDir, or its storage.s3 bucket through the local
     mirror in storeDir)."""
-    if cfg.storage.s3 is None:
+    if cfg.storage.bucket_store is None:
         return ChunkStore(cfg.store_path)
     from grappa.data.s3.bucket import Bucket
     from grappa.data.s3.mirror import open_mirror
-    bucket = Bucket(cfg.storage.s3)
+    bucket = Bucket(cfg.storage.bucket_store)
     open_mirror(bucket, cfg.store_path)
     return ChunkStore(cfg.store_path, remote=bucket)

@@ -14,6 +14,7 @@ from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
 from grappa.data.sources.base import GraphSource
 from grappa.data.store import is_prepared, prepare, read_manifest
+from grappa.data.store.manifest import MANIFEST, check_identity
 from grappa.data.store.fingerprint import changes, fingerprint, input_files
 from grappa.util.files import ensure_writable, removed_if_left_empty
 
@@ -51,8 +52,7 @@ TRAINING = Purpose()
 
 def prepare_store(cfg: TrainConfig, progress: bool = True, reprepare: bool = False,
                   purpose: Purpose = TRAINING) -> dict:
-    if cfg.storage.s3 is not None:  # the store in a bucket, staged in storeDir
-        from grappa.data.s3.prepare import prepare_in_bucket
+    if cfg.storage.bucket_store is not None:  # the store in a bucket, staged in storeDir
         return prepare_in_bucket(cfg, progress, reprepare, purpose)
     return prepare_local(cfg, progress, reprepare, purpose)
 
@@ -130,4 +130,33 @@ def _replace(cfg: TrainConfig, store: Path, source_id: dict, extra: Optional[dic
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
+    return manifest
+
+
+# `grappa prepare` with storage.s3: the store is prepared in storeDir (the staging folder, then the
+# bucket's local mirror) and uploaded, or found in the bucket already and not prepared again. The
+# bucket is checked first (one HEAD: endpoint, bucket, credentials), so a wrong setting fails
+# within seconds with nothing written anywhere. A store in the bucket is checked like a local one
+# (the job's dataset, chunks and seed; the user's files unchanged since) and never replaced.
+def prepare_in_bucket(cfg: TrainConfig, progress: bool, reprepare: bool, purpose: Purpose) -> dict:
+    from grappa.data.s3.bucket import Bucket
+    from grappa.data.s3.mirror import open_mirror
+    from grappa.data.s3.upload import upload_store
+    bucket = Bucket(cfg.storage.bucket_store)
+    bucket.check()
+    fix = (f"give storage.s3.prefix another value, or delete the objects under {bucket.where} "
+           "(a store in a bucket is never replaced)")
+    if bucket.exists(MANIFEST):
+        manifest = json.loads(bucket.get(MANIFEST))
+        check_identity(manifest, store_source(cfg), cfg.num_chunks, cfg.grappa.partition_seed,
+                       f"the chunk store {bucket.where}", fix[0].upper() + fix[1:])
+        folder, files = input_files(cfg.dataset)
+        changed = changes(manifest.get("source_files"), fingerprint(folder, files), folder)
+        if changed:
+            raise ChunkStoreError(f"the chunk store {bucket.where} was prepared from other data: "
+                                  + "; ".join(changed) + f"; {fix}")
+        check_labelled(cfg, manifest, purpose, bucket.where, fix)
+        return open_mirror(bucket, cfg.store_path)
+    manifest = prepare_local(cfg, progress, reprepare, purpose)
+    upload_store(cfg.store_path, bucket, progress)
     return manifest
