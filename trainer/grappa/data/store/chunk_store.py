@@ -67,9 +67,12 @@ class ChunkStore:
 
     def _verified(self, rel: str, expected: dict[str, Any]) -> np.ndarray:
         """The file as a read-only memory map, after its header and data checksum matched."""
-        path = self.path / rel
         if self.remote is not None:
             return self._mirrored(rel, expected)
+        return self._verified_here(rel, expected)
+
+    def _verified_here(self, rel: str, expected: dict[str, Any]) -> np.ndarray:
+        path = self.path / rel
         if not path.is_file():
             raise ChunkStoreError(f"chunk store file {path} is missing; {_FIX}")
         try:
@@ -95,21 +98,17 @@ class ChunkStore:
     def _mirrored(self, rel: str, expected: dict[str, Any]) -> np.ndarray:
         """A mirrored file, downloaded when missing or when the copy there fails its check."""
         from grappa.data.s3.mirror import download
-        remote, self.remote = self.remote, None  # _verified on the folder, as a local store
-        try:
-            if (self.path / rel).is_file():
-                try:
-                    return self._verified(rel, expected)
-                except ChunkStoreError:
-                    pass  # a stale or cut copy: the bucket's is fetched again
-            self.bytes_downloaded += download(remote, rel, self.path / rel)
+        if (self.path / rel).is_file():
             try:
-                return self._verified(rel, expected)
-            except ChunkStoreError as err:
-                raise ChunkStoreError(f"{remote.where}{rel} does not match the store's manifest "
-                                      f"({err}); prepare the store in the bucket again") from None
-        finally:
-            self.remote = remote
+                return self._verified_here(rel, expected)
+            except ChunkStoreError:
+                pass  # a stale or cut copy: the bucket's is fetched again
+        self.bytes_downloaded += download(self.remote, rel, self.path / rel)
+        try:
+            return self._verified_here(rel, expected)
+        except ChunkStoreError as err:
+            raise ChunkStoreError(f"{self.remote.where}{rel} does not match the store's manifest "
+                                  f"({err}); prepare the store in the bucket again") from None
 
     def _array(self, k: int, name: str) -> np.ndarray:
         """Chunk k's file as a verified, read-only memory map (opened once per store object)."""
