@@ -363,6 +363,13 @@ class TrainingConfig(Section):
     weight_decay: float = Field(5e-4, ge=0, description="L2 penalty.")
     seed: int = Field(0, ge=0, description="Seed of model initialisation, dropout and sampling.")
     eval_every: int = Field(1, ge=1, description="Evaluate every k epochs (and after the last).")
+    shard_optimizer: Literal["auto", "on", "off"] = Field(
+        "auto", description="Shard the optimizer state over the ring's M = partitions + 1 ranks: each "
+                            "updates 1/M of the parameters after a reduce-scatter, then an all-gather "
+                            "of the updates (the same bytes as the all-reduce); optimizer CPU and "
+                            "state per rank fall by M. auto: on when the model has at least "
+                            "runtime.sharded.AUTO_MIN_PARAMS parameters and M >= 3 (docs/results/"
+                            "shard.md); off: every rank updates the whole model.")
     eval_mode: Optional[Literal["exact", "sampled"]] = Field(
         None, description="exact: every in-neighbour, layer by layer, a bounded block of rows at a "
                           "time, boundary rows read from the other workers' row files on the shared "
@@ -617,6 +624,10 @@ class TrainConfig(Section):
         if self.strategy == "retexo" and self.training.epochs < self.model.layers:
             raise ValueError(f"strategy retexo trains one stage per layer: training.epochs "
                              f"({self.training.epochs}) must be >= model.layers ({self.model.layers})")
+        if self.strategy == "retexo" and self.training.shard_optimizer == "on":
+            raise ValueError("strategy retexo builds a new model and optimizer per stage, which the "
+                             "sharded optimizer does not follow yet: set training.shardOptimizer: "
+                             "auto or off (auto leaves it off for retexo)")
         if self.strategy == "retexo" and self.training.eval_mode == "sampled":
             raise ValueError("strategy retexo scores each stage on its fetched rows: remove "
                              "training.evalMode: sampled (or use another strategy)")

@@ -29,6 +29,7 @@ from grappa.runtime.checkpoint import LastEpoch, checkpoint_dir, latest_checkpoi
 from grappa.runtime.exchange import StepExchange
 from grappa.runtime.job_progress import NullSink, Progress, ProgressSink, RoundSource
 from grappa.runtime.replica import check_replicas, checksum, make_optimizer, optimizer_bytes
+from grappa.runtime.sharded import ShardedStepExchange, load_state_bytes, shard_on, state_bytes
 from grappa.runtime.stop import SigtermWatch, StopRequested
 from grappa.runtime.transport import Link
 from grappa.runtime.worker import steps_per_epoch
@@ -51,9 +52,19 @@ class Aggregator:
         self.manifest = open_store(cfg).manifest
         torch.manual_seed(cfg.training.seed)
         self.model = build_task_model(cfg, self.manifest["num_features"], self.manifest["num_classes"])
-        self.optimizer = make_optimizer(cfg, self.model)
-        self.exchange = StepExchange(link, self.model, self.optimizer)
         self.n_params = num_params(self.model)
+        # sharded (sharded.py): no whole optimizer here; its state is gathered at each epoch's end
+        # into `optimizer_state`, the checkpoint's, and sliced out again to the ranks on resume
+        self.sharded = shard_on(cfg, self.n_params, link.world_size)
+        self.optimizer_state: Optional[dict] = None
+        if self.sharded:
+            self.optimizer = None
+            self.exchange = ShardedStepExchange(link, self.model, cfg)
+            log.info("sharded optimizer: %d ranks, %d parameters each at most", link.world_size,
+                     max(hi - lo for lo, hi in self.exchange.param_bounds))
+        else:
+            self.optimizer = make_optimizer(cfg, self.model)
+            self.exchange = StepExchange(link, self.model, self.optimizer)
         self.n_buf = num_buffer_values(self.model)
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -76,6 +87,14 @@ class Aggregator:
 
     def send_replica(self) -> None:
         """The whole replica, once after a start or resume: parameters, buffers, optimizer state."""
+        if self.sharded:  # each rank its own slice of the resumed state (or a fresh one)
+            self.send_params()
+            ex = self.exchange
+            for r in self.workers:
+                self.link.send_var(state_bytes(ex.slice_for(self.optimizer_state, r)), r, "control")
+            ex.load_slice(ex.slice_for(self.optimizer_state, 0))
+            self.optimizer_state = None  # the slices hold it now
+            return
         self.exchange.bind(self.model, self.optimizer)
         self.send_params()
         opt = optimizer_bytes(self.optimizer)
@@ -137,6 +156,10 @@ class Aggregator:
             [(torch.empty(proto.EPOCH_REPORT_LEN, dtype=torch.float64), r) for r in self.workers], "control")
         check_replicas(checksum(self.model), {r: int(rep[8]) for r, rep in zip(self.workers, reports)},
                        epoch + 1)
+        if self.sharded:  # every slice, for the checkpoint; merge checks their step counts agree
+            slices = [self.exchange.optimizer.state_dict()]
+            slices += [load_state_bytes(self.link.recv_var(r, "control")) for r in self.workers]
+            self.optimizer_state = self.exchange.merge(slices)
         return {"loss": loss_sum / max(seeds, 1.0), "batch_train_acc": correct / max(seeds, 1.0),
                 "reducer_seconds": reduce_s, "step_seconds": step_s,
                 "train_seconds": time.perf_counter() - started,
@@ -184,7 +207,8 @@ class Aggregator:
     # -- checkpoints -------------------------------------------------------------------------
     def checkpoint_state(self, epoch: int, decision: RoundDecision) -> dict:
         return {
-            "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "epoch": epoch, "model": self.model.state_dict(),
+            "optimizer": self.optimizer_state if self.sharded else self.optimizer.state_dict(),
             "best": self.best, "decision": decision.__dict__, "history": self.history,
             "config": dump_config(self.cfg),
             "describe": located(self.describe(), checkpoint_dir(self.run_dir)),  # where the file lives
@@ -209,7 +233,10 @@ class Aggregator:
                            "to resume it, or start over (grappa train --start-over; on Kubernetes "
                            "a new GrappaJob)")
         self.model.load_state_dict(ck["model"])
-        self.optimizer.load_state_dict(ck["optimizer"])
+        if self.sharded:  # sliced out to the ranks by send_replica
+            self.optimizer_state = ck["optimizer"]
+        else:
+            self.optimizer.load_state_dict(ck["optimizer"])
         self.best, self.history = ck["best"], ck["history"]
         for rec in self.history:
             self.progress.val_history.append((rec["epoch"], rec.get(self.select[0])))
@@ -235,6 +262,7 @@ class Aggregator:
             self.history.append(rec)
             self._jsonl(rec)
             self.last_epoch.record(epoch, self.steps_done(), self.checkpoint_state(epoch, decision), write)
+        self.optimizer_state = None  # sharded: kept in the recorded checkpoint; gathered anew next epoch
 
     def safe_point(self) -> None:
         """Between steps and epochs: no update half-applied, no message half-exchanged."""

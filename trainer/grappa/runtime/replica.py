@@ -8,6 +8,10 @@ aggregator compares it with its own (`check_replicas`): a difference fails the j
 ranks, rather than resyncing, because identical inputs must give identical bits here, so a
 difference is a bug or a corrupted process, and the restart that follows resyncs every rank
 from the last checkpoint anyway.
+
+With a sharded optimizer (sharded.py) parameters and buffers are still whole on every rank and
+checked the same way; each optimizer slice has one owner, and the aggregator checks, when it
+gathers them at each epoch's end, that every slice took the same number of steps.
 """
 from __future__ import annotations
 
@@ -25,11 +29,13 @@ class ReplicaDiverged(RuntimeError):
     pass
 
 
-def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(cfg: TrainConfig, model: torch.nn.Module | list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """Over a model's parameters, or a list of them (the sharded optimizer's flat slice)."""
     t = cfg.training
+    params = model.parameters() if isinstance(model, torch.nn.Module) else model
     if t.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
-    return torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        return torch.optim.SGD(params, lr=t.lr, weight_decay=t.weight_decay)
+    return torch.optim.Adam(params, lr=t.lr, weight_decay=t.weight_decay)
 
 
 def optimizer_bytes(optimizer: torch.optim.Optimizer) -> torch.Tensor:

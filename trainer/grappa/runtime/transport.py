@@ -14,6 +14,7 @@ A failed message or collective raises group.GroupFailure naming the ranks that w
 from __future__ import annotations
 
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
@@ -25,6 +26,7 @@ from grappa.runtime.group import Group
 
 KINDS = ("train", "fetch", "eval", "control")
 _HEADER = 9  # ndim, dtype code, up to 7 dims
+RING_TAG = 0x5A  # the sharded optimizer's ring passes
 
 
 _DTYPES = [torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool]
@@ -83,6 +85,7 @@ class Link:
         self.world_size = world_size
         self.bytes = counter or ByteCounter()
         self.group = group
+        self._helper: Optional[ThreadPoolExecutor] = None  # the sharded ring's thread, when used
 
     @classmethod
     def from_env(cls, timeout_s: Optional[float] = None) -> "Link":
@@ -91,6 +94,8 @@ class Link:
         return cls(group.rank, group.world_size, group=group)
 
     def close(self) -> None:
+        if self._helper is not None:
+            self._helper.shutdown(wait=False)
         if self.group is not None:
             self.group.close()
         elif dist.is_initialized():
@@ -163,6 +168,59 @@ class Link:
         self.bytes.sent[kind] += sent
         self.bytes.received[kind] += received
         return t, result
+
+    # The sharded optimizer's two halves of a ring all-reduce (runtime/sharded.py), written with
+    # point-to-point messages to the ring neighbours so every byte is a counted payload: M - 1
+    # passes each, chunk i of the sum ending on rank i. A tag of their own keeps them apart from
+    # worker-to-worker row exchanges that `meanwhile` may run at the same time.
+    def ring_reduce_scatter(self, chunks: list[Tensor], kind: str, what: str,
+                            meanwhile: Optional[Callable[[], Any]] = None) -> tuple[Tensor, Any]:
+        """`chunks[i]`: this rank's share of chunk i (one per rank, any lengths every rank agrees
+        on). Returns the sum over every rank of chunk `self.rank`, and `meanwhile()`'s result."""
+        m, r = self.world_size, self.rank
+        acc = [c.clone() for c in chunks]
+
+        def passes() -> Tensor:
+            for s in range(m - 1):  # pass the partial sum of chunk r-s-1 right, add to chunk r-s-2
+                out, into = (r - s - 1) % m, (r - s - 2) % m
+                got = self._ring_pass(acc[out], torch.empty_like(acc[into]), kind, what)
+                acc[into] += got
+            return acc[r]
+        return self._in_background(passes, meanwhile)
+
+    def ring_all_gather(self, chunks: list[Tensor], kind: str, what: str) -> list[Tensor]:
+        """`chunks[self.rank]` is this rank's; the others are buffers of their agreed lengths,
+        filled with the other ranks' chunks."""
+        m, r = self.world_size, self.rank
+        for s in range(m - 1):  # pass chunk r-s right, take chunk r-s-1 from the left
+            self._ring_pass(chunks[(r - s) % m], chunks[(r - s - 1) % m], kind, what)
+        return chunks
+
+    def _ring_pass(self, send: Tensor, recv: Tensor, kind: str, what: str) -> Tensor:
+        m = self.world_size
+        with self._failing_as(what):
+            works = [dist.isend(send.contiguous(), (self.rank + 1) % m, tag=RING_TAG),
+                     dist.irecv(recv, (self.rank - 1) % m, tag=RING_TAG)]
+            for w in works:
+                w.wait()
+        self.bytes.sent[kind] += nbytes(send)
+        self.bytes.received[kind] += nbytes(recv)
+        return recv
+
+    def _in_background(self, work: Callable[[], Tensor],
+                       meanwhile: Optional[Callable[[], Any]]) -> tuple[Tensor, Any]:
+        """Run `work` (the ring's passes, which wait on sockets without the GIL) on a helper thread
+        while `meanwhile()` runs here, as the gloo all-reduce's own thread allows."""
+        if meanwhile is None:
+            return work(), None
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grappa-ring")
+        fut = self._helper.submit(work)
+        try:
+            result = meanwhile()
+        finally:
+            done = fut.result()
+        return done, result
 
     # Variable-size messages carry a small header (counted too) describing shape and dtype.
     def send_var(self, t: Tensor, dst: int, kind: str) -> None:

@@ -27,6 +27,7 @@ from grappa.models.params import load_flat_state, num_buffer_values, num_params
 from grappa.runtime import protocol as proto
 from grappa.runtime.exchange import StepExchange
 from grappa.runtime.replica import checksum, load_optimizer_bytes, make_optimizer
+from grappa.runtime.sharded import ShardedStepExchange, load_state_bytes, shard_on, state_bytes
 from grappa.runtime.stop import Stopped
 from grappa.runtime.transport import Link
 from grappa.strategies import make_strategy, strategy_class
@@ -52,8 +53,13 @@ class Worker:
         self.model = build_task_model(cfg, man["num_features"], man["num_classes"])
         self.n_params = num_params(self.model)
         self.n_buf = num_buffer_values(self.model)
-        self.optimizer = make_optimizer(cfg, self.model)
-        self.exchange = StepExchange(link, self.model, self.optimizer)
+        self.sharded = shard_on(cfg, self.n_params, link.world_size)  # sharded.py
+        if self.sharded:
+            self.optimizer = None
+            self.exchange = ShardedStepExchange(link, self.model, cfg)
+        else:
+            self.optimizer = make_optimizer(cfg, self.model)
+            self.exchange = StepExchange(link, self.model, self.optimizer)
         peers = LinkPeers(link) if strategy_class(cfg.strategy).needs_peers else None
         self.shard = make_strategy(cfg, link.rank, self.store, self.model, peers)
         self.metrics = None  # set by the entry point when a metrics port is configured
@@ -84,6 +90,9 @@ class Worker:
     def receive_replica(self) -> None:
         """The aggregator's parameters, buffers and optimizer state (replica.py), once."""
         self.receive_params()
+        if self.sharded:  # this rank's slice of the optimizer state only
+            self.exchange.load_slice(load_state_bytes(self.link.recv_var(0, "control")))
+            return
         self.optimizer = make_optimizer(self.cfg, self.model)
         load_optimizer_bytes(self.optimizer, self.link.recv_var(0, "control"))
         self.exchange.bind(self.model, self.optimizer)
@@ -181,6 +190,8 @@ class Worker:
         report = delta + [self.memory.peak_rss, self.memory.peak_pss] + local + [checksum(self.model)] + \
             [reads[k] for k in proto.STORE_READS]
         self.link.send(torch.tensor(report, dtype=torch.float64), 0, "control")
+        if self.sharded:  # the aggregator keeps the whole optimizer state for its checkpoint
+            self.link.send_var(state_bytes(self.exchange.optimizer.state_dict()), 0, "control")
         if self.metrics is not None:
             self.metrics.peak_rss.set(self.memory.peak_rss)
             self.metrics.peak_pss.set(self.memory.peak_pss)
