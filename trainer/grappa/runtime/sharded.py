@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from grappa.config import TrainConfig
-from grappa.models.params import flat_state, load_flat_state, num_buffer_values, num_params
+from grappa.models.params import float_buffers, num_buffer_values, num_params
 from grappa.runtime.exchange import _LOSS, _SEEDS, _STOP, _WEIGHT, _CORRECT, SCALARS, StepOutcome, pack
 from grappa.runtime.group import rank_name
 from grappa.runtime.replica import ReplicaDiverged, make_optimizer
@@ -159,12 +159,15 @@ def _show(v: Any) -> str:
 
 class ShardedStepExchange:
     """This rank's end of the step with a sharded optimizer: reduce-scatter, update its slice,
-    all-gather the updates (module doc)."""
+    all-gather the updates (module doc). Per step it holds the message (its chunks, one buffer)
+    and the gathered deltas (one buffer), each the model's size, and its slice's state: no whole
+    flat copy of the model besides."""
 
     def __init__(self, link: Link, model: torch.nn.Module, cfg: TrainConfig):
         self.link, self.model, self.cfg = link, model, cfg
         self.n_params, self.n_buf = num_params(model), num_buffer_values(model)
         self.shapes = [p.shape for p in model.parameters()]
+        self.tensors = list(model.parameters()) + float_buffers(model)  # the message body's order
         m = link.world_size
         self.bounds = bounds(self.n_params + self.n_buf, m)  # what each rank owns of the message
         # of which parameters: the optimizer's slices
@@ -187,14 +190,40 @@ class ShardedStepExchange:
 
     def step(self, c: Optional[Contribution], epoch: int, stop: bool = False,
              meanwhile: Optional[Callable[[], object]] = None) -> StepOutcome:
-        msg = pack(c, self.model, stop)
-        body, scalars = msg[:-SCALARS], msg[-SCALARS:]
-        chunks = [torch.cat([body[lo:hi], scalars]) for lo, hi in self.bounds]
         own, ahead = self.link.ring_reduce_scatter(
-            chunks, "train", f"the step reduce-scatter of epoch {epoch + 1}", meanwhile)
+            self.pack(c, stop), "train", f"the step reduce-scatter of epoch {epoch + 1}", meanwhile)
         out = self.apply(own, epoch)
         out.prefetched = ahead
         return out
+
+    def pack(self, c: Optional[Contribution], stop: bool = False) -> list[Tensor]:
+        """exchange.pack's message cut into the M chunks, each followed by the five scalars."""
+        scalars = pack(None, _NOTHING, stop)
+        body = None
+        if c is not None:
+            scalars[_WEIGHT], scalars[_LOSS] = c.weight_sum, c.loss_sum
+            scalars[_SEEDS], scalars[_CORRECT] = float(c.seeds), float(c.correct)
+            body = c.grad_sum
+            if self.n_buf and c.seeds:  # the buffers its forward left, times its seeds
+                body = torch.cat([body] + [b.detach().reshape(-1) * float(c.seeds)
+                                           for b in float_buffers(self.model)])
+        chunks = []
+        for lo, hi in self.bounds:
+            chunk = torch.zeros(hi - lo + SCALARS)
+            if body is not None and body.numel() > lo:  # (no buffers in it: seeds = 0)
+                chunk[:min(hi, body.numel()) - lo].copy_(body[lo:hi])
+            chunk[-SCALARS:] = scalars
+            chunks.append(chunk)
+        return chunks
+
+    def _views(self, lo: int, hi: int):
+        """(tensor, its flat range, the body's range) of the model's tensors that meet [lo, hi)."""
+        at = 0
+        for t in self.tensors:
+            a, b = max(lo, at), min(hi, at + t.numel())
+            if a < b:
+                yield t, a - at, b - at, a - lo, b - lo
+            at += t.numel()
 
     def apply(self, own: Tensor, epoch: int) -> StepOutcome:
         """Update this rank's slice from its summed chunk, gather every slice's update, apply."""
@@ -212,24 +241,34 @@ class ShardedStepExchange:
             return out
         r = self.link.rank
         lo, hi = self.bounds[r]
-        plo, phi = self.param_bounds[r]
-        flat = flat_state(self.model)
-        old = flat[lo:hi].clone()
+        k = self.param_bounds[r][1] - self.param_bounds[r][0]
+        old = torch.empty(hi - lo)
+        for t, a, b, x, y in self._views(lo, hi):
+            old[x:y] = t.detach().reshape(-1)[a:b]
         new = old.clone()
         if weight > 0:
             with torch.no_grad():
-                self.param.copy_(old[:phi - plo])
-            self.param.grad = normalise(own[:phi - plo], weight)
+                self.param.copy_(old[:k])
+            self.param.grad = normalise(own[:k], weight)
             self.optimizer.step()
-            new[:phi - plo] = self.param.detach()
+            new[:k] = self.param.detach()
         if buffers:  # this slice's share of the buffers: the seed-weighted mean (exchange.py)
-            new[phi - plo:] = own[phi - plo:hi - lo] / seeds
+            new[k:] = own[k:hi - lo] / seeds
         compute = time.perf_counter() - t0
-        parts = [torch.empty(b - a) for a, b in self.bounds]
-        parts[r] = new - old
+        deltas = torch.empty(self.n_params + self.n_buf)
+        parts = [deltas[a:b] for a, b in self.bounds]
+        torch.sub(new, old, out=parts[r])
         self.link.ring_all_gather(parts, "train", f"the step all-gather of epoch {epoch + 1}")
         t1 = time.perf_counter()
-        flat += torch.cat(parts)
-        load_flat_state(self.model, flat)
+        with torch.no_grad():  # every rank adds the same deltas in the same order
+            for t, a, b, x, y in self._views(0, self.n_params + self.n_buf):
+                t.view(-1)[a:b] += deltas[x:y]
         out.apply_seconds = compute + time.perf_counter() - t1
         return out
+
+
+class _Nothing(torch.nn.Module):
+    """A model without parameters: exchange.pack of it is the five scalars alone."""
+
+
+_NOTHING = _Nothing()

@@ -176,16 +176,16 @@ class Link:
     def ring_reduce_scatter(self, chunks: list[Tensor], kind: str, what: str,
                             meanwhile: Optional[Callable[[], Any]] = None) -> tuple[Tensor, Any]:
         """`chunks[i]`: this rank's share of chunk i (one per rank, any lengths every rank agrees
-        on). Returns the sum over every rank of chunk `self.rank`, and `meanwhile()`'s result."""
+        on), summed into in place. Returns chunk `self.rank`, then the sum over every rank, and
+        `meanwhile()`'s result."""
         m, r = self.world_size, self.rank
-        acc = [c.clone() for c in chunks]
+        scratch = torch.empty(max(c.numel() for c in chunks), dtype=chunks[0].dtype)
 
         def passes() -> Tensor:
             for s in range(m - 1):  # pass the partial sum of chunk r-s-1 right, add to chunk r-s-2
                 out, into = (r - s - 1) % m, (r - s - 2) % m
-                got = self._ring_pass(acc[out], torch.empty_like(acc[into]), kind, what)
-                acc[into] += got
-            return acc[r]
+                chunks[into] += self._ring_pass(chunks[out], scratch[:chunks[into].numel()], kind, what)
+            return chunks[r]
         return self._in_background(passes, meanwhile)
 
     def ring_all_gather(self, chunks: list[Tensor], kind: str, what: str) -> list[Tensor]:
