@@ -29,6 +29,11 @@ share of a sampled neighbourhood, (P - 1) / P; Grappa's messages are the model's
 each member's share is 2(M-1)/M of a message each way, M = P + 1 (scaled by that factor from the
 measured P); with the star the aggregator reduced and served P of them per step.
 
+With a sharded optimizer (`training.shardOptimizer`, runtime/sharded.py) the optimizer's share of
+the fixed part (`optimizer_cpu`, measured by bench/shard.py) is divided by the ring's M members
+(`fixed_at`, when a profile sets `shard`); the all-reduce's share and the bytes stay. Profiles
+built without it keep the fixed part whole, as measured.
+
 Machines are charged too: Grappa runs on P + 1 machines (its aggregator is one), DistDGL on P, so
 besides the epoch time the projections give machine-seconds per epoch (`machine_seconds`). All of it
 is a model: everything computed here is labelled a projection where it is shown.
@@ -89,6 +94,10 @@ class StepProfile:
     agg_sent: float = 0.0
     agg_received: float = 0.0
     fixed_cpu: float = 0.0  # of worker_cpu: the step's all-reduce and optimizer, whatever the seeds
+    # of fixed_cpu: the optimizer over the whole model (bench/shard.py measures it), and whether the
+    # projection shards it over the ring's M members (training.shardOptimizer); 0 / False: kept
+    optimizer_cpu: float = 0.0
+    shard: bool = False
     message_bytes: float = 0.0  # DistDGL: its gradient all-reduce's message (4 B a parameter)
 
 
@@ -128,9 +137,20 @@ def profile(system: str, machines: list[dict], steps: int, fixed_cpu: float | No
     return prof
 
 
-def scaled_cpu(prof: StepProfile, seeds: float) -> float:
-    """A worker's CPU per step with `seeds` times the measured seeds: the fixed part kept."""
-    return prof.fixed_cpu + (prof.worker_cpu - prof.fixed_cpu) * seeds
+def fixed_at(prof: StepProfile, members: int) -> float:
+    """The fixed part of a member's step in a ring of `members`: with a sharded optimizer each
+    member updates 1/M of the model, so the optimizer's share falls by M (bytes do not change:
+    a reduce-scatter and an all-gather are the all-reduce's two halves)."""
+    if not prof.shard or members < 2:
+        return prof.fixed_cpu
+    opt = min(prof.optimizer_cpu, prof.fixed_cpu)
+    return prof.fixed_cpu - opt + opt / members
+
+
+def scaled_cpu(prof: StepProfile, seeds: float, members: int = 0) -> float:
+    """A worker's CPU per step with `seeds` times the measured seeds: the fixed part kept (and its
+    optimizer share divided by the ring's `members` when the profile shards it)."""
+    return fixed_at(prof, members) + (prof.worker_cpu - prof.fixed_cpu) * seeds
 
 
 def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple[list[dict], int]:
@@ -150,9 +170,11 @@ def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple
         return [one] * machines, steps
     if prof.system == "grappa":  # ring: every member's share is 2(M-1)/M of a message, M = P + 1
         share = (machines / (machines + 1)) / (prof.machines / (prof.machines + 1))
-        agg = {"cpu_seconds": steps * prof.agg_cpu, "sent_bytes": int(steps * prof.agg_sent * share),
+        # the aggregator's step is fixed work only: with a sharded optimizer, its 1/M share too
+        agg_cpu = prof.agg_cpu - prof.fixed_cpu + fixed_at(prof, machines + 1)
+        agg = {"cpu_seconds": steps * agg_cpu, "sent_bytes": int(steps * prof.agg_sent * share),
                "received_bytes": int(steps * prof.agg_received * share)}
-        worker = {"cpu_seconds": steps * scaled_cpu(prof, seeds),
+        worker = {"cpu_seconds": steps * scaled_cpu(prof, seeds, machines + 1),
                   "sent_bytes": int(steps * prof.worker_sent * share),
                   "received_bytes": int(steps * prof.worker_received * share)}
         return [agg] + [worker] * machines, steps

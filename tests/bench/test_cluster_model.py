@@ -105,3 +105,20 @@ def test_accuracy_same_epochs_and_same_budget(tmp_path):
     # same epochs: best validation of each; same budget (3 s, Grappa's total): DistDGL has 1 epoch
     assert cols[5:7] == ["0.720", "0.790"] and cols[7] == "3.0" and cols[8:10] == ["0.720", "0.560"]
     assert cols[10] == "3/1"
+
+
+def test_a_sharded_optimizer_divides_only_the_optimizers_share_of_the_fixed_work():
+    cm = load("cluster_model")
+    n_train, batch = 26_000, 1000
+    ms = [machine(0.4, 1e6, 1e6)] + [machine(1.0, 1e6, 1e6)] * 8  # 4 steps: 0.1 s fixed, 0.25 s a worker
+    whole = cm.profile("grappa", ms, steps=4)
+    sharded = cm.profile("grappa", ms, steps=4)
+    sharded.optimizer_cpu, sharded.shard = 0.08, True  # of the 0.1 s: 0.08 optimizer, 0.02 all-reduce
+    assert cm.fixed_at(whole, 65) == pytest.approx(0.1)
+    assert cm.fixed_at(sharded, 65) == pytest.approx(0.02 + 0.08 / 65)
+    a, _ = cm.project(whole, 64, n_train, batch)
+    b, _ = cm.project(sharded, 64, n_train, batch)
+    saved = 0.08 * (1 - 1 / 65)  # per step, on every member, the aggregator included
+    assert a[0]["cpu_seconds"] - b[0]["cpu_seconds"] == pytest.approx(saved)
+    assert a[1]["cpu_seconds"] - b[1]["cpu_seconds"] == pytest.approx(saved)
+    assert a[1]["sent_bytes"] == b[1]["sent_bytes"]  # the same bytes
