@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-link bench-peer peer-env loop-figures clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-link bench-shard bench-peer peer-env loop-figures clean-data
 
 venv: $(VENV)/.ready
 
@@ -118,6 +118,11 @@ bench-models: venv
 bench-link: venv
 	$(PY) bench/link.py --datasets cora,amazon-photo,coauthor-physics --partitions 4,8 --layers 2,3 --epochs 100 --no-rmat
 	$(PY) bench/link.py --rmat-only --rmat-scale 22 --rmat-epochs 2 --rmat-steps 100
+
+# docs/results/shard.md: one rank's optimizer CPU per step and memory, whole and sharded
+# (training.shardOptimizer), for the Physics model (2.19 M parameters) and two narrower ones, M = 3, 5, 9.
+bench-shard: venv
+	$(PY) bench/shard.py
 
 # DistDGL's own environment (dgl 2.1.0, torch 2.1, numpy < 2), cached by its lock's hash like ours.
 peer-env:

@@ -151,7 +151,8 @@ def test_slices_tile_the_model_and_the_auto_rule():
         assert max(hi - lo for lo, hi in b) - min(hi - lo for lo, hi in b) <= 1
     auto = config(shardOptimizer="auto")
     assert shard_on(auto, AUTO_MIN_PARAMS, 3) and not shard_on(auto, AUTO_MIN_PARAMS - 1, 9)
-    assert not shard_on(auto, 10 * AUTO_MIN_PARAMS, 2)
+    assert not shard_on(auto, 10 * AUTO_MIN_PARAMS, 2) and shard_on(auto, 10 * AUTO_MIN_PARAMS, 9)
+    assert not shard_on(auto, 10 * AUTO_MIN_PARAMS, 10)  # unmeasured beyond M = 9 (sharded.py)
     assert shard_on(config(), 10, 2) and not shard_on(config(shardOptimizer="off"), 10**9, 9)
     with pytest.raises(ValueError, match="shardOptimizer"):
         TrainConfig.model_validate({"strategy": "retexo", "training": {"shardOptimizer": "on"}})

@@ -367,9 +367,9 @@ class TrainingConfig(Section):
         "auto", description="Shard the optimizer state over the ring's M = partitions + 1 ranks: each "
                             "updates 1/M of the parameters after a reduce-scatter, then an all-gather "
                             "of the updates (the same bytes as the all-reduce); optimizer CPU and "
-                            "state per rank fall by M. auto: on when the model has at least "
-                            "runtime.sharded.AUTO_MIN_PARAMS parameters and M >= 3 (docs/results/"
-                            "shard.md); off: every rank updates the whole model.")
+                            "state per rank fall by M, the ring's passes cost a little CPU each. "
+                            "auto: on from 1,000,000 parameters at 3 <= M <= 9, where it was measured "
+                            "to pay (docs/results/shard.md); off: every rank updates the whole model.")
     eval_mode: Optional[Literal["exact", "sampled"]] = Field(
         None, description="exact: every in-neighbour, layer by layer, a bounded block of rows at a "
                           "time, boundary rows read from the other workers' row files on the shared "

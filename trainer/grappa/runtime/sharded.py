@@ -54,13 +54,18 @@ from grappa.runtime.transport import Link
 from grappa.strategies.contribution import Contribution
 from grappa.strategies.grappa.reducer import normalise
 
-# `auto`'s rule (docs/results/shard.md measures it with bench/shard.py): shard when the model has
-# at least this many parameters and the ring has at least AUTO_MIN_RANKS members. Below it the
-# optimizer step is a few milliseconds or less, and the sharded step's fixed extra work (a copy of
-# the slice, the deltas added to the whole model, a Python loop of 2(M - 1) ring passes instead
-# of gloo's) eats the saving; at M = 2 half the optimizer is saved at best.
+# `auto`'s rule, from docs/results/shard.md (bench/shard.py): shard when the model has at least
+# AUTO_MIN_PARAMS parameters and the ring has AUTO_MIN_RANKS to AUTO_MAX_RANKS members. What
+# sharding saves is the optimizer over (M - 1)/M of the model, at most the whole update (a few
+# ns a parameter); what it costs is the ring's passes driven from Python instead of inside gloo,
+# 2(M - 1) of them, a fixed amount each whatever the model. Measured (M processes sharing 2 CPUs,
+# the table "Net" there): at Physics' 2.19 M parameters the net saving is positive at M = 3, 5
+# and 9 and shrinks with M; at 135 k parameters it is a loss at every M. Beyond
+# M = 9 the passes' cost is extrapolated to exceed the saving, and this machine cannot measure a
+# larger ring without its processes' contention dominating: auto stays off there until measured
+# on machines of their own; `on` forces it (the memory saving holds at any M).
 AUTO_MIN_PARAMS = 1_000_000
-AUTO_MIN_RANKS = 3
+AUTO_MIN_RANKS, AUTO_MAX_RANKS = 3, 9
 
 
 def shard_on(cfg: TrainConfig, n_params: int, members: int) -> bool:
@@ -70,7 +75,7 @@ def shard_on(cfg: TrainConfig, n_params: int, members: int) -> bool:
         return members >= 2
     if mode == "off" or cfg.strategy == "retexo":
         return False
-    return n_params >= AUTO_MIN_PARAMS and members >= AUTO_MIN_RANKS
+    return n_params >= AUTO_MIN_PARAMS and AUTO_MIN_RANKS <= members <= AUTO_MAX_RANKS
 
 
 def bounds(n: int, m: int) -> list[tuple[int, int]]:
@@ -209,9 +214,11 @@ class ShardedStepExchange:
                                            for b in float_buffers(self.model)])
         chunks = []
         for lo, hi in self.bounds:
-            chunk = torch.zeros(hi - lo + SCALARS)
-            if body is not None and body.numel() > lo:  # (no buffers in it: seeds = 0)
-                chunk[:min(hi, body.numel()) - lo].copy_(body[lo:hi])
+            chunk = torch.empty(hi - lo + SCALARS)
+            got = 0 if body is None else max(0, min(hi, body.numel()) - lo)  # buffers absent: seeds = 0
+            if got:
+                chunk[:got].copy_(body[lo:lo + got])
+            chunk[got:hi - lo].zero_()
             chunk[-SCALARS:] = scalars
             chunks.append(chunk)
         return chunks
