@@ -5,7 +5,8 @@ Round stats (worker -> aggregator), float64[6]: sum of seed coverage, seeds, loc
 nodes, local edges, seconds to build.
 Step: one all-reduce over every rank, layout in exchange.py (no parameters travel per step).
 Replica (aggregator -> worker, after a start, a resume or a RETEXO stage): float32 parameters |
-float buffers, then the optimizer state as a variable-size uint8 message (replica.py).
+float buffers, then the optimizer state as a variable-size uint8 message (replica.py); with a
+sharded optimizer (sharded.py), only the receiving rank's slice of it.
 Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
 Epoch report (worker -> aggregator, after each epoch's steps), float64[17]: this epoch's train bytes
 sent, received, fetch bytes sent, received; peak RSS and peak PSS in bytes (memory.py); the
@@ -14,7 +15,8 @@ round's local nodes and local edges (for bytes per local edge); the CRC-32 of it
 order of STORE_READS (LocalGraph.store_reads: the build's checksum reads and structure, owned and halo
 feature rows, each every read and distinct; then a fetched round's FETCH_COUNTS: the store bytes
 fetched for it, of them ahead, the worker-local folder's bytes, of them the next round's, and the
-background fetch's peak buffers).
+background fetch's peak buffers). With a sharded optimizer each report is followed by the
+worker's optimizer slice (variable-size uint8), which the aggregator merges for its checkpoint.
 """
 from __future__ import annotations
 
