@@ -6,6 +6,7 @@ In-process tests run M replicas as threads over a ring in memory (`ThreadRing`),
 chunk in the order the real ring does; the multi-process tests run the real one (gloo, LocalJob).
 """
 import json
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -248,13 +249,22 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-@pytest.mark.parametrize("partitions", [2, 3])
-def test_a_sharded_job_trains_what_an_unsharded_one_does(tmp_path, partitions):
+@pytest.fixture(scope="module")
+def p3(tmp_path_factory):
+    """P = 3, four epochs, unsharded and sharded, on one store: what the sharded run must equal,
+    and what both resumes below must replay. (P = 2 is the in-process tests' and the ring's
+    smallest case; one real pair keeps this file's CPU down.)"""
+    root = tmp_path_factory.mktemp("p3")
     runs = {}
     for mode in ("off", "on"):
-        cfg = job(tmp_path / mode, **{"partitions": partitions, "training.shardOptimizer": mode})
-        report = LocalJob(cfg, progress=False).run()
-        runs[mode] = (cfg, report)
+        cfg = job(root / mode, **{"partitions": 3, "training.shardOptimizer": mode, "storeDir": str(root / "store")})
+        runs[mode] = (cfg, LocalJob(cfg, progress=False).run())
+    return runs
+
+
+def test_a_sharded_job_trains_what_an_unsharded_one_does(p3):
+    partitions = 3
+    runs = p3
     for mode, (cfg, _) in runs.items():  # the switch did what it says
         logged = "sharded optimizer: " in (Path(cfg.run_dir) / "logs" / "rank-0.log").read_text()
         assert logged == (mode == "on")
@@ -272,18 +282,20 @@ def test_a_sharded_job_trains_what_an_unsharded_one_does(tmp_path, partitions):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """Four epochs sharded at P = 3 without a stop: what both resumes must replay."""
-    whole = job(tmp_path_factory.mktemp("whole"), **{"partitions": 3, "training.shardOptimizer": "on"})
-    return whole, LocalJob(whole, progress=False).run()
+def half(tmp_path_factory, p3):
+    """The sharded P = 3 job stopped after 2 of its 4 epochs (run once; each resume gets a copy)."""
+    store = p3["on"][0].store_path
+    part = job(tmp_path_factory.mktemp("half"), **{"partitions": 3, "training.shardOptimizer": "on",
+                                                  "training.epochs": 2, "storeDir": str(store)})
+    LocalJob(part, progress=False).run()
+    return Path(part.run_dir), str(store)
 
 
 @pytest.mark.parametrize("then", ["on", "off"])
-def test_a_sharded_checkpoint_resumes_sharded_or_not_on_the_same_trajectory(tmp_path, then, uninterrupted):
-    whole, ref = uninterrupted
-    part = job(tmp_path / "part", **{"partitions": 3, "training.shardOptimizer": "on", "training.epochs": 2})
-    LocalJob(part, progress=False).run()
-    resumed_cfg = job(tmp_path / "part", **{"partitions": 3, "training.shardOptimizer": then})
+def test_a_sharded_checkpoint_resumes_sharded_or_not_on_the_same_trajectory(tmp_path, then, p3, half):
+    (whole, ref), (part_run, store) = p3["on"], half
+    shutil.copytree(part_run, tmp_path / "run")
+    resumed_cfg = job(tmp_path, **{"partitions": 3, "training.shardOptimizer": then, "storeDir": store})
     resumed = LocalJob(resumed_cfg, progress=False).run()
     lines = [json.loads(x) for x in (Path(resumed_cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
     assert [x["epoch"] for x in lines if x.get("event") == "resume"] == [2]
