@@ -1,0 +1,105 @@
+"""A run whose home is the bucket (storage.s3.runPrefix; issue 37 part 3): runDir local to each
+process, the store and the run's results in a real SeaweedFS (tests/s3_server.py). It trains and
+evaluates exactly (layer rows passed through the bucket) as the folder job does, leaves its
+results in the bucket, a restart with an empty runDir resumes from the bucket's checkpoint, and
+an object that is not whole (no sha256 of Grappa's, or other bytes) is never used."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from grappa.data.s3 import S3Error
+from grappa.data.s3.run_home import RunHome
+from grappa.data.store.preparation import prepare_store
+from grappa.models.model_file import read_meta
+from grappa.runtime.local_job import LocalJob
+from s3_server import s3_bucket, s3_server  # noqa: F401
+from test_s3_store import creds, job  # noqa: F401
+
+RUN = "runs/csbm-job/"
+EXACT = {"training.evalMode": "exact", "training.evalEvery": 1}
+
+
+def bucket_run(tmp: Path, server, bucket: str, name: str, **over):
+    """A job on the bucket's store whose run lives in the bucket too: every process's runDir
+    and storeDir are its own (here: fresh folders under `name`)."""
+    cfg = job(tmp / name, server, bucket, storeDir=str(tmp / name / "mirror"), **EXACT, **over)
+    s3 = cfg.storage.s3.model_copy(update={"run_prefix": RUN})
+    return cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"s3": s3})})
+
+
+@pytest.fixture
+def runs(creds, s3_bucket, tmp_path):  # noqa: F811
+    """The folder job and the bucket job, 3 epochs each, exact evaluation every epoch."""
+    folder = job(tmp_path / "folder", creds, None, **EXACT)
+    prepare_store(folder, progress=False)
+    prepare_store(job(tmp_path / "stage", creds, s3_bucket), progress=False)  # the store into the bucket
+    out = {"folder": (folder, LocalJob(folder, progress=False).run())}
+    cfg = bucket_run(tmp_path, creds, s3_bucket, "s3")
+    out["s3"] = (cfg, LocalJob(cfg, progress=False).run())
+    return out
+
+
+def test_a_run_in_the_bucket_trains_and_evaluates_as_the_folder_run_and_resumes_from_it(
+        runs, creds, s3_bucket, tmp_path):  # noqa: F811
+    (cf, rep_f), (cs, rep_s) = runs["folder"], runs["s3"]
+    for key in ("loss", "val_acc", "test_acc", "train_acc"):
+        assert [h[key] for h in rep_s["history"]] == [h[key] for h in rep_f["history"]], key
+    home = RunHome(cs.storage.s3)
+    keys = set(home.keys())
+    assert {"report.json", "model.pt", "metrics.jsonl", "training.png"} <= keys
+    assert sorted(k for k in keys if k.startswith("checkpoints/")) == ["checkpoints/epoch-000003.pt"]
+    assert not [k for k in keys if k.startswith("eval-layers/")]  # dropped when the job ended
+    assert home.bucket.get("report.json") == (Path(cs.run_dir) / "report.json").read_bytes()
+    got = tmp_path / "got-model.pt"
+    assert home.fetch("model.pt", got)
+    state_f, state_s = read_meta(Path(cf.run_dir) / "model.pt")[1], read_meta(got)[1]
+    for name in state_f:
+        assert torch.equal(state_f[name], state_s[name]), name
+    # the rows went through the bucket: each worker wrote its own folder, never the shared one
+    assert not (Path(cs.run_dir) / "eval-layers").exists()
+
+    # a new pod: an empty runDir and storeDir; 5 epochs resume from the bucket's epoch 3
+    longer = bucket_run(tmp_path, creds, s3_bucket, "restarted", **{"training.epochs": 5})
+    rep_r = LocalJob(longer, progress=False).run()
+    assert [h["epoch"] for h in rep_r["history"]] == [1, 2, 3, 4, 5]
+    assert rep_r["history"][:3] == rep_s["history"]
+    assert rep_r["resumed_at"] == [3]
+    lines = [json.loads(x) for x in home.bucket.get("metrics.jsonl").decode().splitlines()]
+    assert [x.get("epoch") for x in lines if "event" not in x] == [1, 2, 3, 4, 5]
+    local = sorted(p.name for p in (Path(longer.run_dir) / "checkpoints").iterdir())
+    assert sorted(k for k in home.keys() if k.startswith("checkpoints/")) == [f"checkpoints/{n}" for n in local]
+    assert local[-1] == "epoch-000005.pt"
+    assert json.loads(home.bucket.get("report.json"))["epochs"] == 5
+
+
+def test_an_object_that_is_not_whole_is_never_used(creds, s3_bucket, tmp_path):  # noqa: F811
+    cfg = bucket_run(tmp_path, creds, s3_bucket, "a")
+    home = RunHome(cfg.storage.s3)
+    good = tmp_path / "epoch-000002.pt"
+    good.write_bytes(b"complete checkpoint" * 100)
+    home.put_checkpoint(good, keep=2)
+    # a newer name holding half a file, put by another client (no sha256 of ours), and one whose
+    # bytes are not those its sha256 was recorded for
+    home.bucket.client.put_object(Bucket=home.bucket.name, Key=home.bucket.key("checkpoints/epoch-000004.pt"),
+                                  Body=good.read_bytes()[:50])
+    home.bucket.client.put_object(Bucket=home.bucket.name, Key=home.bucket.key("checkpoints/epoch-000003.pt"),
+                                  Body=b"torn", Metadata={"sha256": "0" * 64})
+    folder = tmp_path / "ck"
+    assert home.latest_checkpoint(folder) == folder / "epoch-000002.pt"
+    assert (folder / "epoch-000002.pt").read_bytes() == good.read_bytes()
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch-000002.pt"]  # no half file left
+    with pytest.raises(S3Error, match="not a complete file"):
+        home.fetch("checkpoints/epoch-000003.pt", tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
+    assert not home.fetch("model.pt", tmp_path / "model.pt")  # absent: False, not an error
+    shutil.rmtree(folder)
+
+
+def test_run_prefix_must_not_hold_the_store(tmp_path):
+    from grappa.config import TrainConfig
+    with pytest.raises(ValueError, match=r"storage\.s3\.runPrefix 'graphs/' holds the store's prefix"):
+        TrainConfig.model_validate({"storage": {"fetch": "on-demand", "s3": {
+            "bucket": "graphs", "prefix": "graphs/cora/", "runPrefix": "graphs/"}}, "runDir": str(tmp_path)})
