@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from grappa.data.s3 import S3Error
+from grappa.app.cli import claim_run_dir
+from grappa.config import ConfigError
+from grappa.data.s3 import Bucket, S3Error
 from grappa.data.s3.run_home import RunHome
 from grappa.data.store.preparation import prepare_store
 from grappa.models.model_file import read_meta
@@ -73,6 +75,16 @@ def test_a_run_in_the_bucket_trains_and_evaluates_as_the_folder_run_and_resumes_
     assert sorted(k for k in home.keys() if k.startswith("checkpoints/")) == [f"checkpoints/{n}" for n in local]
     assert local[-1] == "epoch-000005.pt"
     assert json.loads(home.bucket.get("report.json"))["epochs"] == 5
+
+    # another machine's empty runDir judges the bucket's run as a local one: other settings are
+    # refused naming them; --start-over deletes the run's objects, never the store's
+    other = bucket_run(tmp_path, creds, s3_bucket, "other", **{"training.epochs": 5, "model.hidden": 32})
+    with pytest.raises(ConfigError, match=r"(?s)other settings.*model\.hidden: 16 in the run, 32 now"):
+        claim_run_dir(other)
+    again = bucket_run(tmp_path, creds, s3_bucket, "again", **{"training.epochs": 5})
+    assert claim_run_dir(again)["epochs"] == 5  # finished: nothing to train
+    claim_run_dir(other, fresh=True)
+    assert home.keys() == [] and Bucket(cs.storage.s3).exists("manifest.json")
 
 
 def test_an_object_that_is_not_whole_is_never_used(creds, s3_bucket, tmp_path):  # noqa: F811

@@ -31,6 +31,8 @@ log = logging.getLogger("grappa.run_home")
 
 CHECKPOINTS = "checkpoints/"
 EVAL_ROWS = "eval-layers/"
+# what a run writes into its home: files, and folders (ending in /)
+RUN_KEYS = ("report.json", "metrics.jsonl", "model.pt", "training.png", CHECKPOINTS, EVAL_ROWS)
 _CHECKPOINT = re.compile(r"^epoch-(\d{6})\.pt$")
 _SHA = "sha256"
 
@@ -127,6 +129,26 @@ class RunHome:
             except S3Error as err:
                 log.warning("skipping %s: %s", self.uri(rel), err)
         return None
+
+    # -- the run as a whole ----------------------------------------------------------------------
+    def pull(self, run_dir: Path) -> list[str]:
+        """An empty runDir (a new machine's, a new pod's) filled with what says which run the home
+        holds and where it stopped: report.json, metrics.jsonl and the newest complete checkpoint,
+        so the local rerun rules (app/rerun.py) judge the bucket's run as a local one. Returns
+        what came."""
+        if (run_dir / "report.json").exists() or (run_dir / CHECKPOINTS).is_dir():
+            return []
+        run_dir.mkdir(parents=True, exist_ok=True)
+        got = [n for n in ("report.json", "metrics.jsonl") if self.fetch(n, run_dir / n)]
+        ck = self.latest_checkpoint(run_dir / CHECKPOINTS)
+        return got + ([f"{CHECKPOINTS}{ck.name}"] if ck else [])
+
+    def clear(self) -> list[str]:
+        """Delete the run's objects (start over): only the names a run writes, so a run whose
+        prefix lies inside this one's keeps its own."""
+        mine = [k for k in self.keys() if k.split("/", 1)[0] + ("/" if "/" in k else "") in RUN_KEYS]
+        self.delete(mine)
+        return mine
 
     # -- evaluation's layer rows ---------------------------------------------------------------
     @staticmethod
