@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grappa.app.cli import claim_run_dir
+from grappa.app.cli import claim_run_dir, main
 from grappa.config import ConfigError
 from grappa.data.s3 import Bucket, S3Error
 from grappa.data.s3.run_home import RunHome
@@ -44,8 +44,8 @@ def runs(creds, s3_bucket, tmp_path):  # noqa: F811
     return out
 
 
-def test_a_run_in_the_bucket_trains_and_evaluates_as_the_folder_run_and_resumes_from_it(
-        runs, creds, s3_bucket, tmp_path):  # noqa: F811
+def test_a_run_in_the_bucket_trains_evaluates_and_predicts_as_the_folder_run_and_resumes_from_it(
+        runs, creds, s3_bucket, tmp_path, capsys):  # noqa: F811
     (cf, rep_f), (cs, rep_s) = runs["folder"], runs["s3"]
     for key in ("loss", "val_acc", "test_acc", "train_acc"):
         assert [h[key] for h in rep_s["history"]] == [h[key] for h in rep_f["history"]], key
@@ -62,6 +62,24 @@ def test_a_run_in_the_bucket_trains_and_evaluates_as_the_folder_run_and_resumes_
         assert torch.equal(state_f[name], state_s[name]), name
     # the rows went through the bucket: each worker wrote its own folder, never the shared one
     assert not (Path(cs.run_dir) / "eval-layers").exists()
+
+    # predict on the bucket's model, named by its URI: the same predictions as the folder's
+    # model, uploaded next to it (manifest last); a rerun does nothing; another job is refused
+    # without --start-over, nothing replaced
+    assert main(["predict", "--model", str(Path(cf.run_dir) / "model.pt"), "--partitions", "2", "--quiet"]) == 0
+    want = (Path(cf.run_dir) / "predictions" / "predictions.npy").read_bytes()
+    where = ["--set", f"storage.s3.endpoint={creds.endpoint}", "--set", f"storage.s3.region={creds.region}"]
+    local = tmp_path / "local-out"
+    assert main(["predict", "--model", home.uri("model.pt"), "--partitions", "2", "--quiet",
+                 "--out", str(local), *where]) == 0
+    assert home.bucket.get("predictions/predictions.npy") == want == (local / "predictions.npy").read_bytes()
+    before = {k: home.bucket.get(k) for k in home.keys("predictions/")}
+    assert main(["predict", "--model", home.uri("model.pt"), "--quiet", "--partitions", "2", *where]) == 0
+    assert main(["predict", "--model", home.uri("model.pt"), "--quiet", "--partitions", "2", "--scores",
+                 *where]) == 2
+    assert "another predict job" in capsys.readouterr().err
+    assert {k: home.bucket.get(k) for k in home.keys("predictions/")} == before
+    home.delete(list(before))
 
     # a new pod: an empty runDir and storeDir; 5 epochs resume from the bucket's epoch 3
     longer = bucket_run(tmp_path, creds, s3_bucket, "restarted", **{"training.epochs": 5})

@@ -49,10 +49,12 @@ class RunHome:
     """runDir's results and evaluation's rows under storage.s3.runPrefix. Thread-safe (the
     SIGTERM watcher uploads the last checkpoint while the loop may upload metrics)."""
 
-    def __init__(self, cfg: S3Config) -> None:
-        if not cfg.bucket or not cfg.run_prefix:
+    def __init__(self, cfg: S3Config, prefix: Optional[str] = None) -> None:
+        """The home at `prefix` (default storage.s3.runPrefix; "" is the bucket's top)."""
+        prefix = cfg.run_prefix if prefix is None else prefix
+        if not cfg.bucket or prefix is None:
             raise ValueError("RunHome needs storage.s3.bucket and storage.s3.runPrefix")
-        self.bucket = Bucket(cfg.model_copy(update={"prefix": cfg.run_prefix}))
+        self.bucket = Bucket(cfg.model_copy(update={"prefix": prefix}))
         self.where = self.bucket.where
         self.bytes_sent = 0
 
