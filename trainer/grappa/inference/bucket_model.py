@@ -18,9 +18,7 @@ has no manifest, which no reader takes for outputs, and the next run replaces it
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -97,24 +95,6 @@ class BucketModel:
         print(f"grappa: outputs uploaded to {self.home.uri(self.out)}", file=sys.stderr)
 
 
-def infer_from_bucket(command: str, cfg, args) -> tuple[Path, dict]:
-    """commands.infer on a model in a bucket (see the module's docstring)."""
-    from grappa.inference.commands import infer
-    bm = BucketModel(args.model, cfg.storage.s3, command)
-    tmp = Path(tempfile.mkdtemp(prefix="grappa-model-"))
-    try:
-        local = argparse_copy(args, model=str(bm.download(tmp)), out=args.out or str(tmp / bm.out.rstrip("/")),
-                              store_mirror=tmp / "store")
-        return infer(command, cfg, local, bucket_out=bm)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def manifest_home(uri: str, command: str) -> str:
     """Where the outputs of the model at `uri` go in its bucket."""
     return uri.rpartition("/")[0] + "/" + ("predictions" if command == "predict" else "evaluation")
-
-
-def argparse_copy(args, **update):
-    import argparse
-    return argparse.Namespace(**{**vars(args), **update})

@@ -240,8 +240,26 @@ def infer(command: str, cfg, args: argparse.Namespace, bucket_out=None) -> tuple
     return out, json.loads(path.read_text())
 
 
+def infer_from_bucket(command: str, cfg, args: argparse.Namespace) -> tuple[Path, dict]:
+    """infer on a model in a bucket (bucket_model.py): downloaded into a temporary folder, its
+    store mirrored beside it, the outputs in --out (default: that folder) and the bucket."""
+    import shutil
+    import tempfile
+
+    from grappa.inference.bucket_model import BucketModel
+    bm = BucketModel(args.model, cfg.storage.s3, command)
+    tmp = Path(tempfile.mkdtemp(prefix="grappa-model-"))
+    try:
+        local = argparse.Namespace(**{**vars(args), "model": str(bm.download(tmp)),
+                                      "out": args.out or str(tmp / bm.out.rstrip("/")),
+                                      "store_mirror": tmp / "store"})
+        return infer(command, cfg, local, bucket_out=bm)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
-    from grappa.inference.bucket_model import infer_from_bucket, is_bucket_model, manifest_home
+    from grappa.inference.bucket_model import is_bucket_model, manifest_home
     if is_bucket_model(args.model):
         out, manifest = infer_from_bucket(command, cfg, args)
         if not args.out:  # the temporary folder is gone: the outputs are in the bucket
