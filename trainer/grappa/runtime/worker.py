@@ -207,8 +207,12 @@ class Worker:
             self.shard.close(done)
             ev = getattr(self, "exact_eval", None)
             if ev is not None and ev.home is not None:  # this worker's own copies of the rows
+                import logging
                 import shutil
                 shutil.rmtree(ev.scratch, ignore_errors=True)
+                logging.getLogger("grappa.worker").info(
+                    "evaluation's layer rows through %s: %.1f MiB uploaded, %.1f MiB downloaded",
+                    ev.home.where, ev.home.bytes_sent / 2**20, ev.home.bucket.bytes_received / 2**20)
 
     def serve(self) -> None:
         self.send_eval_layout()
