@@ -15,6 +15,7 @@ from grappa.config import ConfigError
 from grappa.data.s3 import Bucket, S3Error
 from grappa.data.s3.run_home import RunHome
 from grappa.data.store.preparation import prepare_store
+from grappa.inference.bucket_model import BucketModel
 from grappa.models.model_file import read_meta
 from grappa.runtime.local_job import LocalJob
 from s3_server import s3_bucket, s3_server  # noqa: F401
@@ -126,6 +127,20 @@ def test_an_object_that_is_not_whole_is_never_used(creds, s3_bucket, tmp_path): 
     assert not (tmp_path / "x.pt").exists()
     assert not home.fetch("model.pt", tmp_path / "model.pt")  # absent: False, not an error
     shutil.rmtree(folder)
+    # a model named by its URI: a torn one is refused, nothing left behind; an ambiguous or
+    # malformed name is refused naming the fix
+    home.bucket.client.put_object(Bucket=home.bucket.name, Key=home.bucket.key("model.pt"), Body=b"half",
+                                  Metadata={"sha256": "1" * 64})
+    s3 = cfg.storage.s3.model_copy(update={"run_prefix": None})
+    model = BucketModel(home.uri("model.pt"), s3, "predict")
+    assert model.home.where == home.where and model.out == "predictions/"
+    with pytest.raises(S3Error, match="not a complete file"):
+        model.download(tmp_path / "m")
+    assert not (tmp_path / "m").exists() or not list((tmp_path / "m").iterdir())
+    with pytest.raises(ConfigError, match="drop --set storage.s3.bucket"):
+        BucketModel(f"s3://other-bucket/{RUN}model.pt", s3, "predict")
+    with pytest.raises(ConfigError, match=r"s3://BUCKET/KEY\.pt"):
+        BucketModel(f"s3://{s3_bucket}/{RUN}", s3, "evaluate")
 
 
 def test_run_prefix_must_not_hold_the_store(tmp_path):
