@@ -4,6 +4,7 @@ evaluates exactly (layer rows passed through the bucket) as the folder job does,
 results in the bucket, a restart with an empty runDir resumes from the bucket's checkpoint, and
 an object that is not whole (no sha256 of Grappa's, or other bytes) is never used."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -13,47 +14,61 @@ import torch
 from grappa.app.cli import claim_run_dir, main
 from grappa.config import ConfigError
 from grappa.data.s3 import Bucket, S3Error
+from grappa.data.s3.upload import upload_store
 from grappa.data.s3.run_home import RunHome
 from grappa.data.store.preparation import prepare_store
 from grappa.inference.bucket_model import BucketModel
 from grappa.models.model_file import read_meta
-from grappa.runtime.local_job import LocalJob
+from grappa.runtime.local_job import LocalJob, rank_modules
+from grappa.runtime.zygote import Zygote
 from s3_server import s3_bucket, s3_server  # noqa: F401
+from test_round_fetch import _KeptZygote
 from test_s3_store import creds, job  # noqa: F401
 
 RUN = "runs/csbm-job/"
-EXACT = {"training.evalMode": "exact", "training.evalEvery": 1}
+EXACT = {"training.evalMode": "exact", "training.evalEvery": 1, "training.epochs": 2}
 
 
 def bucket_run(tmp: Path, server, bucket: str, name: str, **over):
     """A job on the bucket's store whose run lives in the bucket too: every process's runDir
     and storeDir are its own (here: fresh folders under `name`)."""
-    cfg = job(tmp / name, server, bucket, storeDir=str(tmp / name / "mirror"), **EXACT, **over)
+    cfg = job(tmp / name, server, bucket, storeDir=str(tmp / name / "mirror"), **{**EXACT, **over})
     s3 = cfg.storage.s3.model_copy(update={"run_prefix": RUN})
     return cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"s3": s3})})
 
 
 @pytest.fixture
-def runs(creds, s3_bucket, tmp_path):  # noqa: F811
-    """The folder job and the bucket job, 3 epochs each, exact evaluation every epoch."""
+def zygote(tmp_path):
+    """One zygote every training job here forks its ranks from (torch imported once)."""
+    cfg = job(tmp_path, None, None)
+    z = Zygote({**os.environ, "OMP_NUM_THREADS": str(LocalJob(cfg).threads)}, rank_modules(cfg),
+               tmp_path / "zygote.log")
+    yield _KeptZygote(z)
+    z.close()
+
+
+@pytest.fixture
+def runs(creds, s3_bucket, tmp_path, zygote):  # noqa: F811
+    """The folder job and the bucket job, 2 epochs each, exact evaluation every epoch."""
     folder = job(tmp_path / "folder", creds, None, **EXACT)
     prepare_store(folder, progress=False)
-    prepare_store(job(tmp_path / "stage", creds, s3_bucket), progress=False)  # the store into the bucket
-    out = {"folder": (folder, LocalJob(folder, progress=False).run())}
+    # one prepared store: the folder job's, uploaded as prepare would (the same manifest)
+    upload_store(folder.store_path, Bucket(job(tmp_path, creds, s3_bucket).storage.s3))
+    out = {"folder": (folder, LocalJob(folder, progress=False, zygote=zygote).run())}
     cfg = bucket_run(tmp_path, creds, s3_bucket, "s3")
-    out["s3"] = (cfg, LocalJob(cfg, progress=False).run())
+    out["s3"] = (cfg, LocalJob(cfg, progress=False, zygote=zygote).run())
     return out
 
 
 def test_a_run_in_the_bucket_trains_evaluates_and_predicts_as_the_folder_run_and_resumes_from_it(
-        runs, creds, s3_bucket, tmp_path, capsys):  # noqa: F811
+        runs, creds, s3_bucket, tmp_path, capsys, zygote):  # noqa: F811
     (cf, rep_f), (cs, rep_s) = runs["folder"], runs["s3"]
     for key in ("loss", "val_acc", "test_acc", "train_acc"):
         assert [h[key] for h in rep_s["history"]] == [h[key] for h in rep_f["history"]], key
     home = RunHome(cs.storage.s3)
     keys = set(home.keys())
     assert {"report.json", "model.pt", "metrics.jsonl", "training.png"} <= keys
-    assert sorted(k for k in keys if k.startswith("checkpoints/")) == ["checkpoints/epoch-000003.pt"]
+    assert sorted(k for k in keys if k.startswith("checkpoints/")) == ["checkpoints/epoch-000002.pt"]
     assert not [k for k in keys if k.startswith("eval-layers/")]  # dropped when the job ended
     assert home.bucket.get("report.json") == (Path(cs.run_dir) / "report.json").read_bytes()
     got = tmp_path / "got-model.pt"
@@ -82,26 +97,26 @@ def test_a_run_in_the_bucket_trains_evaluates_and_predicts_as_the_folder_run_and
     assert {k: home.bucket.get(k) for k in home.keys("predictions/")} == before
     home.delete(list(before))
 
-    # a new pod: an empty runDir and storeDir; 5 epochs resume from the bucket's epoch 3
-    longer = bucket_run(tmp_path, creds, s3_bucket, "restarted", **{"training.epochs": 5})
-    rep_r = LocalJob(longer, progress=False).run()
-    assert [h["epoch"] for h in rep_r["history"]] == [1, 2, 3, 4, 5]
-    assert rep_r["history"][:3] == rep_s["history"]
-    assert rep_r["resumed_at"] == [3]
+    # a new pod: an empty runDir and storeDir; 3 epochs resume from the bucket's epoch 2
+    longer = bucket_run(tmp_path, creds, s3_bucket, "restarted", **{"training.epochs": 3})
+    rep_r = LocalJob(longer, progress=False, zygote=zygote).run()
+    assert [h["epoch"] for h in rep_r["history"]] == [1, 2, 3]
+    assert rep_r["history"][:2] == rep_s["history"]
+    assert rep_r["resumed_at"] == [2]
     lines = [json.loads(x) for x in home.bucket.get("metrics.jsonl").decode().splitlines()]
-    assert [x.get("epoch") for x in lines if "event" not in x] == [1, 2, 3, 4, 5]
+    assert [x.get("epoch") for x in lines if "event" not in x] == [1, 2, 3]
     local = sorted(p.name for p in (Path(longer.run_dir) / "checkpoints").iterdir())
     assert sorted(k for k in home.keys() if k.startswith("checkpoints/")) == [f"checkpoints/{n}" for n in local]
-    assert local[-1] == "epoch-000005.pt"
-    assert json.loads(home.bucket.get("report.json"))["epochs"] == 5
+    assert local[-1] == "epoch-000003.pt"
+    assert json.loads(home.bucket.get("report.json"))["epochs"] == 3
 
     # another machine's empty runDir judges the bucket's run as a local one: other settings are
     # refused naming them; --start-over deletes the run's objects, never the store's
-    other = bucket_run(tmp_path, creds, s3_bucket, "other", **{"training.epochs": 5, "model.hidden": 32})
+    other = bucket_run(tmp_path, creds, s3_bucket, "other", **{"training.epochs": 3, "model.hidden": 32})
     with pytest.raises(ConfigError, match=r"(?s)other settings.*model\.hidden: 16 in the run, 32 now"):
         claim_run_dir(other)
-    again = bucket_run(tmp_path, creds, s3_bucket, "again", **{"training.epochs": 5})
-    assert claim_run_dir(again)["epochs"] == 5  # finished: nothing to train
+    again = bucket_run(tmp_path, creds, s3_bucket, "again", **{"training.epochs": 3})
+    assert claim_run_dir(again)["epochs"] == 3  # finished: nothing to train
     claim_run_dir(other, fresh=True)
     assert home.keys() == [] and Bucket(cs.storage.s3).exists("manifest.json")
 
