@@ -283,7 +283,12 @@ PREDICT_NEEDS_VOLUME = ("spec.predict reads its model and writes its outputs on 
                         "storage.claimName or hostPath (a model in a bucket: `grappa predict --model "
                         "s3://...`)")
 
+RETEXO_NEEDS_VOLUME = ("strategy retexo keeps its workers' stage rows in the run directory: give the job a "
+                       "volume (storage.claimName or hostPath), or use strategy grappa or full")
+
 SPEC_RULES = [
+    cel.rule("self.strategy != 'retexo' || has(self.storage.claimName) || has(self.storage.hostPath)",
+             RETEXO_NEEDS_VOLUME, ".strategy"),
     cel.rule("!has(self.predict) || has(self.storage.claimName) || has(self.storage.hostPath)",
              PREDICT_NEEDS_VOLUME, ".storage"),
     cel.rule("!has(self.grappa.chunks) || self.grappa.chunks >= self.partitions",
@@ -491,6 +496,8 @@ class GrappaJobSpec(Section):
             raise ValueError(TABLES_PAIRS_MESSAGE)
         if p is not None and not self.storage.volume:
             raise ValueError(PREDICT_NEEDS_VOLUME)
+        if self.strategy == "retexo" and not self.storage.volume:
+            raise ValueError(RETEXO_NEEDS_VOLUME)
         return self
 
     def to_train_config(self, run_dir: str, store_dir: Optional[str] = None) -> TrainConfig:

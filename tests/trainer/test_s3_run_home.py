@@ -158,8 +158,11 @@ def test_an_object_that_is_not_whole_is_never_used(creds, s3_bucket, tmp_path): 
         BucketModel(f"s3://{s3_bucket}/{RUN}", s3, "evaluate")
 
 
-def test_run_prefix_must_not_hold_the_store(tmp_path):
+def test_run_prefix_must_not_hold_the_store_nor_a_retexo_run(tmp_path):
     from grappa.config import TrainConfig
     with pytest.raises(ValueError, match=r"storage\.s3\.runPrefix 'graphs/' holds the store's prefix"):
         TrainConfig.model_validate({"storage": {"fetch": "on-demand", "s3": {
             "bucket": "graphs", "prefix": "graphs/cora/", "runPrefix": "graphs/"}}, "runDir": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"strategy retexo keeps each worker's stage rows.*remove storage\.s3\.runPrefix"):
+        TrainConfig.model_validate({"strategy": "retexo", "training": {"mode": "full-graph"}, "storage": {
+            "s3": {"bucket": "graphs", "runPrefix": "runs/a/"}}, "runDir": str(tmp_path)})

@@ -602,6 +602,10 @@ class TrainConfig(Section):
             raise ValueError(f"storage.fetch {self.storage.fetch!r} fetches the rounds of strategy grappa "
                              f"only (strategy is {self.strategy!r}, which reads the store directly): "
                              "remove storage.fetch or set strategy: grappa")
+        if self.storage.run_home is not None and self.strategy == "retexo":
+            raise ValueError("strategy retexo keeps each worker's stage rows in runDir/retexo for a "
+                             "resume, and a run in the bucket (storage.s3.runPrefix) shares no runDir: "
+                             "remove storage.s3.runPrefix (a shared runDir), or use strategy grappa or full")
         if self.storage.bucket_store is not None and self.storage.fetch == "direct" and self.strategy == "grappa":
             raise ValueError("storage.fetch direct reads the store through memory maps of a mounted "
                              "folder, which storage.s3 is not: set storage.fetch: prefetch (or on-demand)")
