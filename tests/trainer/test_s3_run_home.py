@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import grappa
+
 from grappa.app.cli import claim_run_dir, main
 from grappa.config import ConfigError
 from grappa.data.s3 import Bucket, S3Error
@@ -91,6 +93,10 @@ def test_a_run_in_the_bucket_trains_evaluates_and_predicts_as_the_folder_run_and
     assert home.bucket.get("predictions/predictions.npy") == want == (local / "predictions.npy").read_bytes()
     before = {k: home.bucket.get(k) for k in home.keys("predictions/")}
     assert main(["predict", "--model", home.uri("model.pt"), "--quiet", "--partitions", "2", *where]) == 0
+    got = grappa.predict(home.uri("model.pt"), out=tmp_path / "api-out", workers=2, progress=False,
+                         set={"storage.s3.endpoint": creds.endpoint, "storage.s3.region": creds.region})
+    assert (tmp_path / "api-out" / "predictions.npy").read_bytes() == want  # the bucket's, downloaded
+    assert got.manifest["job"] == json.loads(before["predictions/manifest.json"])["job"]
     assert main(["predict", "--model", home.uri("model.pt"), "--quiet", "--partitions", "2", "--scores",
                  *where]) == 2
     assert "another predict job" in capsys.readouterr().err

@@ -50,6 +50,7 @@ class BucketModel:
         self.home = RunHome(base, f"{folder}/" if folder else "")
         self.uri = uri
         self.out = manifest_home(uri, command).rpartition("/")[2] + "/"
+        self.local_out = False  # the user asked for the outputs in a local folder too (--out)
 
     def download(self, folder: Path) -> Path:
         self.home.bucket.check()
@@ -86,6 +87,13 @@ class BucketModel:
         self.home.delete([self.out + MANIFEST])  # first: what is left until the upload is no output
         self.home.delete([self.out + k for k in keys if k != MANIFEST])
         return None
+
+    def download_outputs(self, out: Path) -> None:
+        """The bucket's finished outputs into `out` (a local --out asked for them), manifest last."""
+        out.mkdir(parents=True, exist_ok=True)
+        names = sorted((k[len(self.out):] for k in self.home.keys(self.out)), key=lambda n: n == MANIFEST)
+        for name in names:
+            self.home.fetch(self.out + name, out / name)
 
     def upload(self, out: Path) -> None:
         files = [f for f in OUTPUT_FILES if f != MANIFEST and (out / f).is_file()]

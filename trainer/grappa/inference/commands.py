@@ -226,6 +226,8 @@ def infer(command: str, cfg, args: argparse.Namespace, bucket_out=None) -> tuple
         if there is not None and done is None:
             print(f"grappa: {bucket_out.home.uri(bucket_out.out)} holds this {command}'s finished outputs: "
                   "nothing to do; add --start-over to compute them again", file=sys.stderr)
+            if bucket_out.local_out:
+                bucket_out.download_outputs(out)
             return out, there
         if done is not None:
             print(f"grappa: {out} holds this {command}'s finished outputs (the same model, graph and "
@@ -248,6 +250,7 @@ def infer_from_bucket(command: str, cfg, args: argparse.Namespace) -> tuple[Path
 
     from grappa.inference.bucket_model import BucketModel
     bm = BucketModel(args.model, cfg.storage.s3, command)
+    bm.local_out = bool(args.out)
     tmp = Path(tempfile.mkdtemp(prefix="grappa-model-"))
     try:
         local = argparse.Namespace(**{**vars(args), "model": str(bm.download(tmp)),
