@@ -675,8 +675,10 @@ class GrappaJobStatus(Section):
     active_since: Optional[str] = Field(
         None, description="Start of the activeDeadlineSeconds clock: creation, resume or admission.")
     queue: Optional[QueueStatus] = None
-    run_dir: Optional[str] = Field(None, description="Run directory on the job's volume.")
-    artifacts: Optional[Artifacts] = Field(None, description="Paths of the run's outputs on the volume.")
+    run_dir: Optional[str] = Field(None, description="Run directory on the job's volume, or (a job "
+                                   "without one) the s3:// URI of the run's home in the bucket.")
+    artifacts: Optional[Artifacts] = Field(None, description="Paths of the run's outputs on the volume, "
+                                           "or their s3:// URIs (a job without one).")
     blocked_since: Optional[str] = Field(
         None, description="Since when the API server refuses a child for now (quota in use).")
     progress: Optional[Progress] = None
