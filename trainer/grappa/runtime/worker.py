@@ -8,7 +8,9 @@ chunks with all in-edges, boundary rows read from the other workers' row files
 """
 from __future__ import annotations
 
+import logging
 import math
+import shutil
 import time
 from typing import Optional
 
@@ -36,6 +38,8 @@ from grappa.tasks import build_task_model
 from grappa.tasks.node_classification import split_stats
 from grappa.util.process_memory import PeakMemory
 
+log = logging.getLogger("grappa.worker")
+
 # Reading PSS walks every mapping (14-21 ms of CPU with torch and the store mapped), so a worker
 # reads it in the background every few seconds and at each epoch's report, never per step.
 PSS_SAMPLE_S = 5.0
@@ -62,8 +66,8 @@ class Worker:
     # -- set-up ------------------------------------------------------------------------------
     def send_eval_layout(self) -> None:
         """Exact evaluation: set up the layer-wise pass over this worker's base chunks (nothing
-        to send: rows go through files on the shared volume, or the run's home in the bucket). Sampled evaluation: pick the nodes
-        this worker scores."""
+        to send: rows go through files on the shared volume, or the run's home in the bucket).
+        Sampled evaluation: pick the nodes this worker scores."""
         if self.cfg.sampled_eval:
             self.eval_nodes = sampled_eval_nodes(self.store, self.shard.base, self.cfg)
             self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
@@ -207,10 +211,8 @@ class Worker:
             self.shard.close(done)
             ev = getattr(self, "exact_eval", None)
             if ev is not None and ev.home is not None:  # this worker's own copies of the rows
-                import logging
-                import shutil
                 shutil.rmtree(ev.scratch, ignore_errors=True)
-                logging.getLogger("grappa.worker").info(
+                log.info(
                     "evaluation's layer rows through %s: %.1f MiB uploaded, %.1f MiB downloaded",
                     ev.home.where, ev.home.bytes_sent / 2**20, ev.home.bucket.bytes_received / 2**20)
 
