@@ -87,7 +87,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # waited for here, not in a fixture that the test's timeout would cut short.
     if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.TOOLS, "helm")
-    if item.path.name in S3_LATE:
+    if item.path.name in S3_LATE or item.get_closest_marker("seaweedfs") is not None:
         kind_bed.wait_for(kind_bed.S3, "SeaweedFS (the S3 tests' server)")
     if item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.CLUSTER, "cluster")
