@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
 LATE = ("test_op_helm.py", "test_op_monitoring.py", "test_manifests.py", "test_images.py", "test_op_kube_score.py")
 # Unit tests that run SeaweedFS's S3 gateway (tests/s3_server.py), the bed's last Go build (after
 # Kueue's manager): after the LATE ones, and they wait for it ($GRAPPA_S3_READY) like those for helm.
+# So do the e2e tests marked `seaweedfs` (weed in a pod, from the node's mount), last of the e2e ones.
 S3_LATE = ("test_s3_store.py", "test_seaweedfs.py")
 
 
@@ -87,7 +88,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # waited for here, not in a fixture that the test's timeout would cut short.
     if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.TOOLS, "helm")
-    if item.path.name in S3_LATE:
+    if item.path.name in S3_LATE or item.get_closest_marker("seaweedfs") is not None:
         kind_bed.wait_for(kind_bed.S3, "SeaweedFS (the S3 tests' server)")
     if item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.CLUSTER, "cluster")

@@ -74,9 +74,12 @@ def order(item: pytest.Item, late: tuple[str, ...]) -> tuple[int, bool]:
     """The collection's order for the lanes (a stable sort: a file's own order otherwise): the
     unit tests first (they start the unit lanes), the tests that wait on a tool the bed builds
     late (`late` files) last among them; then the happy-path job's group (the longest), the other
-    e2e tests, and the Kueue tests, whose Kueue is the bed's last product."""
+    e2e tests, and those that need the bed's last products: the Kueue tests, then the ones that
+    run SeaweedFS in the cluster (marked `seaweedfs`; its weed is the bed's last Go build)."""
     if item.get_closest_marker("e2e") is None:
         return 0, item.path.name in late
+    if item.get_closest_marker("seaweedfs") is not None:
+        return 3, True
     if any(m.args[:1] == ("kueue",) for m in item.iter_markers("xdist_group")):
         return 3, False
     return (1 if {"happy", "prom"} & set(getattr(item, "fixturenames", ())) else 2), False

@@ -151,20 +151,23 @@ def test_unit_files_go_longest_first_to_the_lightest_lane() -> None:
 
 def test_unit_tests_go_out_first_and_the_kueue_tests_last() -> None:
     """The order the lanes take groups in (reordering by size is off): a lane that took the
-    Kueue tests early would sit idle while a fresh machine still builds Kueue."""
+    Kueue tests early would sit idle while a fresh machine still builds Kueue; the e2e tests that
+    run SeaweedFS come after them (weed is built after Kueue's manager)."""
     sys.path.insert(0, str(TESTS))
     import lanes
 
-    def item(name: str, e2e: bool = False, group: str | None = None, fixtures: tuple = ()) -> SimpleNamespace:
-        marks = {"e2e": e2e}
+    def item(name: str, e2e: bool = False, group: str | None = None, fixtures: tuple = (),
+             seaweedfs: bool = False) -> SimpleNamespace:
+        marks = {"e2e": e2e, "seaweedfs": seaweedfs}
         return SimpleNamespace(name=name, path=Path(f"{name}.py"), fixturenames=fixtures,
                                get_closest_marker=lambda m: True if marks.get(m) else None,
                                iter_markers=lambda m: [SimpleNamespace(args=(group,))] if group and m == "xdist_group" else [])
 
-    items = [item("kueue", e2e=True, group="kueue"), item("late"), item("single", e2e=True),
-             item("happy", e2e=True, fixtures=("happy",)), item("unit"), item("prom", e2e=True, fixtures=("prom",))]
+    items = [item("s3-job", e2e=True, seaweedfs=True), item("kueue", e2e=True, group="kueue"), item("late"),
+             item("single", e2e=True), item("happy", e2e=True, fixtures=("happy",)), item("unit"),
+             item("prom", e2e=True, fixtures=("prom",))]
     ordered = sorted(items, key=lambda i: lanes.order(i, ("late.py",)))
-    assert [i.name for i in ordered] == ["unit", "late", "happy", "prom", "single", "kueue"]
+    assert [i.name for i in ordered] == ["unit", "late", "happy", "prom", "single", "kueue", "s3-job"]
 
 
 def test_recorded_weights_are_seconds_per_unit_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

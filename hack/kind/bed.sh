@@ -76,9 +76,19 @@ start_s3() {  # once go-tools has ended, whatever its result (the S3 server need
 }
 
 go_s3() {
-    "$REPO/hack/seaweedfs.sh" >/dev/null \
+    local weed
+    weed=$("$REPO/hack/seaweedfs.sh" | tail -1) && [[ -x $weed ]] && share_weed "$weed" \
         || { log "SeaweedFS was not built (log: $BED/logs/seaweedfs.log)"; touch "$BED/run/s3.failed"; return 1; }
     touch "$BED/run/s3.ready"
+}
+
+# weed in the node too ($NODE_SHARE, mounted at $NODE_SHARE_PATH): a hard link (the same disk as
+# the cache), else a copy; renamed into place, so the node never sees half a file.
+share_weed() {
+    local dest=$NODE_SHARE/seaweedfs/weed
+    [[ $1 -ef $dest ]] && return 0
+    ln -f "$1" "$dest.tmp" 2>/dev/null || cp -f "$1" "$dest.tmp"
+    mv -f "$dest.tmp" "$dest"
 }
 
 kueue_image() {
@@ -188,7 +198,8 @@ run() {  # run [--early] <command...>
         GRAPPA_E2E_CLUSTER_READY=$BED/run/cluster.ready GRAPPA_E2E_KUEUE_READY=$BED/run/kueue.ready \
         GRAPPA_TOOLS_READY=$BED/run/tools.ready GRAPPA_S3_READY=$BED/run/s3.ready \
         GRAPPA_E2E_OPERATOR_IMAGE=grappa-operator:bed GRAPPA_E2E_TRAINER_IMAGE=grappa-trainer:bed \
-        GRAPPA_E2E_PULL_POLICY=Never GRAPPA_E2E_KIND_CLUSTER=$CLUSTER
+        GRAPPA_E2E_PULL_POLICY=Never GRAPPA_E2E_KIND_CLUSTER=$CLUSTER \
+        GRAPPA_E2E_NODE_WEED=$NODE_SHARE_PATH/seaweedfs/weed
     # the bed installs Kueue when its source is there: its test must then run, not skip.
     if "$KIND_DIR/kueue.sh" available; then export GRAPPA_E2E_KUEUE=installed; fi
     start=$(date +%s)

@@ -24,6 +24,9 @@ up() {
         # kindnetd is not built here: the node image carries a one-node ptp CNI config instead.
         printf '  disableDefaultCNI: true\n  kubeProxyMode: iptables\n'
         printf 'nodes:\n- role: control-plane\n  image: %s\n' "$node_image"
+        # the folder, not the files: they may be made after the cluster (weed, on a cold machine)
+        printf '  extraMounts:\n  - hostPath: %s\n    containerPath: %s\n    readOnly: true\n' \
+            "$NODE_SHARE" "$NODE_SHARE_PATH"
         if quirk_cgroup_v1; then
             printf 'kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n'
         fi

@@ -15,10 +15,14 @@ DOCKER_BRIDGE=grappa-docker0 DOCKER_BIP=169.254.123.1/24
 KIND_BRIDGE=grappa-kind0 KIND_SUBNET=198.18.0.0/24 KIND_GATEWAY=198.18.0.1
 POD_SUBNET=198.18.128.0/17 SERVICE_SUBNET=198.19.0.0/20
 GUARD_CHAIN=GRAPPA-BED-GUARD
+# A folder of the host the node mounts read-only at $NODE_SHARE_PATH (kind's extraMounts): what
+# the bed builds after the cluster is made shows up in the node without an image load. The
+# seaweedfs job links weed into its seaweedfs/ (tests/e2e/test_s3_job.py runs it in a pod).
+NODE_SHARE=$BED/node-share NODE_SHARE_PATH=/grappa-bed
 export DOCKER_HOST=unix://$BED/run/docker.sock DOCKER_BUILDKIT=0
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS= CGO_ENABLED=0
 export PATH=$BED/bin:$PATH
-mkdir -p "$BED/bin" "$BED/run" "$BED/logs" "$BED/stamps"
+mkdir -p "$BED/bin" "$BED/run" "$BED/logs" "$BED/stamps" "$NODE_SHARE/seaweedfs"
 
 _t0=$SECONDS
 log() { printf '[kind-bed %s %4ds] %s\n' "${0##*/}" "$((SECONDS - _t0))" "$*" >&2; }

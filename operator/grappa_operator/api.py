@@ -195,15 +195,22 @@ class SchedulingPolicy(Section):
         None, ge=1, description="scheduler-plugins: how long the gang may wait.")
 
 
-ONE_STORAGE_SOURCE = "set exactly one of claimName or hostPath"
+ONE_STORAGE_SOURCE = ("set exactly one of claimName or hostPath, or neither with s3.bucket (the "
+                      "chunk store and the run then live in the bucket)")
+RUN_PREFIX_SET_BY_OPERATOR = ("storage.s3.runPrefix is the operator's to set (<prefix>runs/<namespace>/"
+                              "<name>/<uid>/, when the job has no volume): remove it")
 
 
 class Storage(Section):
-    """The shared volume that holds datasets, the chunk store and checkpoints (set exactly one source)."""
+    """Where datasets, the chunk store and the run's results live: a shared volume (claimName or
+    hostPath), or with neither, the S3 bucket of s3 (store and run; every pod keeps its files on
+    an emptyDir)."""
 
-    # A CEL rule, so the API server refuses a job without a source at admission, not only the operator.
+    # CEL rules, so the API server refuses a job without a source at admission, not only the operator.
     model_config = ConfigDict(**Section.model_config, json_schema_extra={"x-kubernetes-validations": [
-        {"rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}]})
+        {"rule": "has(self.claimName) != has(self.hostPath) || (!has(self.claimName) && has(self.s3) "
+                 "&& has(self.s3.bucket))", "message": ONE_STORAGE_SOURCE},
+        {"rule": "!has(self.s3) || !has(self.s3.runPrefix)", "message": RUN_PREFIX_SET_BY_OPERATOR}]})
 
     claim_name: Optional[str] = Field(
         None, min_length=1, max_length=253, description="PersistentVolumeClaim (ReadWriteMany when pods spread over nodes).")
@@ -227,10 +234,18 @@ class Storage(Section):
     def bucket_store(self) -> Optional[S3Config]:
         return bucket_store(self.s3)
 
+    @property
+    def volume(self) -> bool:
+        """A shared volume is mounted (else the job lives in the bucket of s3)."""
+        return self.claim_name is not None or self.host_path is not None
+
     @model_validator(mode="after")
-    def _one_source(self) -> "Storage":
-        if (self.claim_name is None) == (self.host_path is None):
+    def _one_source(self) -> "Storage":  # the CEL rules' twins
+        both = self.claim_name is not None and self.host_path is not None
+        if both or (not self.volume and self.bucket_store is None):
             raise ValueError(f"storage: {ONE_STORAGE_SOURCE}")
+        if self.s3 is not None and self.s3.run_prefix is not None:
+            raise ValueError(RUN_PREFIX_SET_BY_OPERATOR)
         return self
 
 
@@ -264,7 +279,18 @@ TABLES_PAIRS_MESSAGE = (
     "from tables (dataset.name: tables) does not have: remove them (predictions.parquet keys every node's "
     "embedding by the nodes table's id)")
 
+PREDICT_NEEDS_VOLUME = ("spec.predict reads its model and writes its outputs on the job's volume: set "
+                        "storage.claimName or hostPath (a model in a bucket: `grappa predict --model "
+                        "s3://...`)")
+
+RETEXO_NEEDS_VOLUME = ("strategy retexo keeps its workers' stage rows in the run directory: give the job a "
+                       "volume (storage.claimName or hostPath), or use strategy grappa or full")
+
 SPEC_RULES = [
+    cel.rule("self.strategy != 'retexo' || has(self.storage.claimName) || has(self.storage.hostPath)",
+             RETEXO_NEEDS_VOLUME, ".strategy"),
+    cel.rule("!has(self.predict) || has(self.storage.claimName) || has(self.storage.hostPath)",
+             PREDICT_NEEDS_VOLUME, ".storage"),
     cel.rule("!has(self.grappa.chunks) || self.grappa.chunks >= self.partitions",
              "grappa.chunks must be >= partitions: every worker needs its own base chunk",
              ".grappa.chunks"),
@@ -439,7 +465,8 @@ class GrappaJobSpec(Section):
                                          description="Checkpoints (written under runDir on the storage volume).")
     prepare: PrepareConfig = Field(default_factory=PrepareConfig,
                                    description="How the prepare pod streams the dataset into the chunk store.")
-    storage: Storage = Field(..., description="Shared volume mounted in every pod.",
+    storage: Storage = Field(..., description="Shared volume mounted in every pod, or the S3 bucket "
+                             "the store and the run live in.",
                              json_schema_extra=cel.validations(cel.immutable("spec.storage")))
     metrics_port: int = Field(9400, ge=0, le=65535,
                               description="Prometheus port of every trainer pod; 0 = off.")
@@ -467,6 +494,10 @@ class GrappaJobSpec(Section):
         p = self.predict
         if p is not None and self.dataset.name == "tables" and (p.pairs is not None or p.queries is not None):
             raise ValueError(TABLES_PAIRS_MESSAGE)
+        if p is not None and not self.storage.volume:
+            raise ValueError(PREDICT_NEEDS_VOLUME)
+        if self.strategy == "retexo" and not self.storage.volume:
+            raise ValueError(RETEXO_NEEDS_VOLUME)
         return self
 
     def to_train_config(self, run_dir: str, store_dir: Optional[str] = None) -> TrainConfig:
@@ -644,8 +675,10 @@ class GrappaJobStatus(Section):
     active_since: Optional[str] = Field(
         None, description="Start of the activeDeadlineSeconds clock: creation, resume or admission.")
     queue: Optional[QueueStatus] = None
-    run_dir: Optional[str] = Field(None, description="Run directory on the job's volume.")
-    artifacts: Optional[Artifacts] = Field(None, description="Paths of the run's outputs on the volume.")
+    run_dir: Optional[str] = Field(None, description="Run directory on the job's volume, or (a job "
+                                   "without one) the s3:// URI of the run's home in the bucket.")
+    artifacts: Optional[Artifacts] = Field(None, description="Paths of the run's outputs on the volume, "
+                                           "or their s3:// URIs (a job without one).")
     blocked_since: Optional[str] = Field(
         None, description="Since when the API server refuses a child for now (quota in use).")
     progress: Optional[Progress] = None

@@ -101,8 +101,29 @@ def check_runnable(job: JobRef, spec: GrappaJobSpec) -> None:
 # ---- paths and config ---------------------------------------------------------------------
 
 def run_dir(job: JobRef, spec: GrappaJobSpec) -> str:
+    """Where the run's results are, as the status says: on the volume, or (a job without one)
+    the s3:// URI of its home in the bucket."""
+    prefix = run_prefix(job, spec)
+    if prefix is not None:
+        return f"s3://{spec.storage.s3.bucket}/{prefix.rstrip('/')}"
     # The uid keeps a re-created job of the same name from resuming a stale checkpoint.
     return posixpath.join(spec.storage.mount_path, job.namespace, job.name, job.uid[:8] or "run")
+
+
+def run_prefix(job: JobRef, spec: GrappaJobSpec) -> Optional[str]:
+    """storage.s3.runPrefix of a job without a volume: beside its store in the bucket, keyed as a
+    volume's runDir is (the uid: a re-created job resumes no stale checkpoint); None with a volume."""
+    if spec.storage.volume:
+        return None
+    return f"{spec.storage.s3.prefix}runs/{job.namespace}/{job.name}/{job.uid[:8] or 'run'}/"
+
+
+def trainer_run_dir(job: JobRef, spec: GrappaJobSpec) -> str:
+    """runDir as the trainer sees it: the volume's, or each pod's emptyDir when the run lives in
+    the bucket (the aggregator's holds its results until they are uploaded)."""
+    if spec.storage.volume:
+        return run_dir(job, spec)
+    return posixpath.join(s.LOCAL_DATA_PATH, "run")
 
 
 PREDICTIONS = "predictions"  # a predict job's outputs, under its run directory
@@ -128,9 +149,11 @@ def artifacts(run_dir_: str, spec: Optional[GrappaJobSpec] = None) -> dict[str, 
         files += [("evaluation", "evaluation.json")] if spec.predict.evaluate else []
         files += [("table", "predictions.parquet")] if spec.dataset.name == "tables" else []
         return {name: posixpath.join(out, rel) for name, rel in files}
-    return {name: posixpath.join(run_dir_, rel) for name, rel in (
-        ("model", "model.pt"), ("report", "report.json"), ("plot", "training.png"),
-        ("checkpoints", "checkpoints"), ("logs", "logs"))}
+    files = [("model", "model.pt"), ("report", "report.json"), ("plot", "training.png"),
+             ("checkpoints", "checkpoints")]
+    if not run_dir_.startswith("s3://"):  # the pods' logs are kept on a volume only
+        files.append(("logs", "logs"))
+    return {name: posixpath.join(run_dir_, rel) for name, rel in files}
 
 
 def predict_env(spec: GrappaJobSpec) -> dict[str, Any]:
@@ -151,13 +174,18 @@ def predict_env(spec: GrappaJobSpec) -> dict[str, Any]:
 
 
 def train_config(job: JobRef, spec: GrappaJobSpec) -> TrainConfig:
-    mount = spec.storage.mount_path
-    rd = run_dir(job, spec)
+    # without a volume, relative dataset locations resolve on the pod's emptyDir (prepare's only)
+    mount = spec.storage.mount_path if spec.storage.volume else s.LOCAL_DATA_PATH
+    rd = trainer_run_dir(job, spec)
     # storage.s3: storeDir is each pod's local mirror of the bucket (data/s3/mirror.py), on its emptyDir
     store = posixpath.join(s.LOCAL_DATA_PATH, "store") if spec.storage.bucket_store else posixpath.join(rd, "store")
     cfg = spec.to_train_config(run_dir=rd, store_dir=store)
     if cfg.storage.fetch != "direct":  # fetched round data goes to the worker pod's emptyDir
         cfg.storage = cfg.storage.model_copy(update={"local_dir": s.LOCAL_DATA_PATH})
+    prefix = run_prefix(job, spec)
+    if prefix is not None:  # no volume: the run's home is the bucket (trainer data/s3/run_home.py)
+        s3 = cfg.storage.s3.model_copy(update={"run_prefix": prefix})
+        cfg.storage = cfg.storage.model_copy(update={"s3": s3})
     # Relative dataset locations live on the shared volume.
     root = cfg.dataset.root or "data"
     cfg.dataset.root = root if root.startswith("/") else posixpath.join(mount, root)
@@ -195,8 +223,10 @@ def _meta(job: JobRef, name: str, lbls: dict[str, str], **extra: Any) -> dict[st
             "ownerReferences": [owner_reference(job)], **extra}
 
 
-def _volume(spec: GrappaJobSpec) -> dict[str, Any]:
+def _volume(spec: GrappaJobSpec) -> Optional[dict[str, Any]]:
     st = spec.storage
+    if not st.volume:
+        return None
     if st.claim_name:
         return {"name": "grappa-data", "persistentVolumeClaim": {"claimName": st.claim_name}}
     return {"name": "grappa-data", "hostPath": {"path": st.host_path, "type": "DirectoryOrCreate"}}
@@ -293,10 +323,8 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
             "env": _env(job, spec, cfg, role, rank, settings_),
             "ports": ports,
             "resources": _resources(settings_),
-            "volumeMounts": [
-                {"name": "grappa-data", "mountPath": spec.storage.mount_path},
-                {"name": "tmp", "mountPath": "/tmp"},
-            ],
+            "volumeMounts": ([{"name": "grappa-data", "mountPath": spec.storage.mount_path}]
+                             if spec.storage.volume else []) + [{"name": "tmp", "mountPath": "/tmp"}],
             "terminationMessagePath": s.TERMINATION_LOG,
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "securityContext": {
@@ -304,7 +332,7 @@ def pod(job: JobRef, spec: GrappaJobSpec, role: str, rank: Optional[int], attemp
                 "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
             },
         }],
-        "volumes": [_volume(spec), {"name": "tmp", "emptyDir": {}}],
+        "volumes": [v for v in (_volume(spec), {"name": "tmp", "emptyDir": {}}) if v is not None],
     }
     # storage.localDir (a worker's fetched rounds) and storage.s3's mirror: node-local disk
     if (role == s.ROLE_WORKER and cfg.storage.fetch != "direct") or spec.storage.bucket_store is not None:

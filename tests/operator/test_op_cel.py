@@ -147,6 +147,20 @@ CASES = [
      {"storage": {"hostPath": "/srv", "fetch": "prefetch", "s3": {"bucket": "graphs"}}}),
     ("storage", "exactly one of claimName or hostPath", {"storage": {"hostPath": "/a", "claimName": "c"}},
      "spec.storage", {"storage": {"claimName": "c"}}),
+    # no volume: the store and the run in the bucket, which storage.s3 must then name
+    ("storage", "or neither with s3.bucket", {"storage": {"fetch": "prefetch", "s3": {"prefix": "g/"}}},
+     "spec.storage", {"storage": {"fetch": "prefetch", "s3": {"bucket": "graphs", "prefix": "g/"}}}),
+    ("storage", "storage.s3.runPrefix is the operator's to set", {"storage": {
+        "fetch": "prefetch", "s3": {"bucket": "graphs", "runPrefix": "runs/mine/"}}}, "spec.storage",
+     {"storage": {"fetch": "prefetch", "s3": {"bucket": "graphs"}}}),
+    ("", "strategy retexo keeps its workers' stage rows in the run directory", {
+        "strategy": "retexo", "training": {"epochs": 4}, "storage": {"s3": {"bucket": "graphs"}}},
+     "claimName", {"strategy": "retexo", "training": {"epochs": 4},
+                   "storage": {"hostPath": "/srv", "s3": {"bucket": "graphs"}}}),
+    ("", "spec.predict reads its model and writes its outputs on the job's volume", {
+        "storage": {"fetch": "prefetch", "s3": {"bucket": "graphs"}}, "predict": {"model": "/srv/m.pt"}},
+     "claimName", {"storage": {"hostPath": "/srv", "fetch": "prefetch", "s3": {"bucket": "graphs"}},
+                   "predict": {"model": "/srv/m.pt"}}),
 ]
 
 

@@ -1,6 +1,7 @@
 """The committed CRD matches the model and is a structural schema Kubernetes accepts."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -242,7 +243,10 @@ def test_storage_source_rule_is_in_the_crd():
     crd = yaml.safe_load(crdgen.render())
     storage = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"]
     assert storage["x-kubernetes-validations"][0] == {
-        "rule": "has(self.claimName) != has(self.hostPath)", "message": ONE_STORAGE_SOURCE}
-    for bad in ({"mountPath": "/grappa"}, {"claimName": "data", "hostPath": "/srv"}):
-        with pytest.raises(SpecError, match=ONE_STORAGE_SOURCE):
+        "rule": "has(self.claimName) != has(self.hostPath) || (!has(self.claimName) && has(self.s3) "
+                "&& has(self.s3.bucket))", "message": ONE_STORAGE_SOURCE}
+    for bad in ({"mountPath": "/grappa"}, {"claimName": "data", "hostPath": "/srv"},
+                {"fetch": "prefetch", "s3": {"prefix": "g/"}},
+                {"claimName": "data", "hostPath": "/srv", "fetch": "prefetch", "s3": {"bucket": "graphs"}}):
+        with pytest.raises(SpecError, match=re.escape(ONE_STORAGE_SOURCE)):
             parse_spec({"storage": bad})

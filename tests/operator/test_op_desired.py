@@ -310,6 +310,29 @@ def test_placement_does_not_change_the_workload_templates():
     assert w["nodeSelector"] == {"pool": "cpu"}
 
 
+def test_a_job_without_a_volume_lives_in_the_bucket(job):
+    """storage.s3 and no claimName/hostPath: no pod mounts a volume, only its emptyDir; runDir
+    is local to each pod, the run's home is the bucket beside the store (the uid's 8 characters,
+    as a volume's runDir), and the status names s3:// URIs."""
+    s3 = {"endpoint": "http://seaweedfs.storage:8333", "bucket": "graphs", "prefix": "cora/",
+          "secretName": "graph-store"}
+    spec = make_spec(storage={"fetch": "prefetch", "s3": s3})
+    for p in desired.group_pods(job, spec, 0) + [desired.prepare_pod(job, spec, 0)]:
+        c = p["spec"]["containers"][0]
+        assert {m["name"] for m in c["volumeMounts"]} == {"tmp", "grappa-local"}
+        assert all("emptyDir" in v for v in p["spec"]["volumes"])
+        cfg = validate_config(json.loads(env_of(p)["GRAPPA_CONFIG"]))
+        assert cfg.run_dir == "/grappa-local/run" and cfg.store_dir == "/grappa-local/store"
+        assert cfg.storage.run_home.run_prefix == "cora/runs/ns/job/01234567/"
+        assert cfg.dataset.root == "/grappa-local/data"  # prepare's own disk: the store goes up
+    rd = desired.run_dir(job, spec)
+    assert rd == "s3://graphs/cora/runs/ns/job/01234567"
+    assert desired.artifacts(rd) == {"model": rd + "/model.pt", "report": rd + "/report.json",
+                                     "plot": rd + "/training.png", "checkpoints": rd + "/checkpoints"}
+    with pytest.raises(SpecError, match="or neither with s3.bucket"):
+        make_spec(storage={"fetch": "prefetch"})
+
+
 def test_artifacts_live_in_the_run_directory():
     rd = desired.run_dir(QJOB, make_spec())
     assert rd == "/grappa/ns/job/01234567"

@@ -499,11 +499,35 @@ class S3Config(Section):
                                    description="The Secret's key holding the access key id.")
     secret_access_key_key: str = Field("AWS_SECRET_ACCESS_KEY", max_length=253,
                                        description="The Secret's key holding the secret access key.")
+    run_prefix: Optional[str] = Field(
+        None, min_length=2, max_length=PATH_MAX, pattern=r"^[^/\s][^\s]*/$", description="Key prefix "
+        "of the run's home in the bucket, ending in / (e.g. runs/cora-8/): the aggregator uploads "
+        "runDir's results there (report.json, metrics.jsonl, model.pt, checkpoints) and a restart "
+        "with an empty runDir resumes from its checkpoints; exact evaluation's layer rows pass "
+        "between the workers through it. Then runDir needs no shared volume. Unset: runDir must be "
+        "shared (a GrappaJob sets it: <prefix>runs/<namespace>/<name>/<uid>/).")
+
+    @model_validator(mode="after")
+    def _run_home_apart(self) -> "S3Config":
+        """The run's keys never among the store's: prepare and a mirror read the store's keys by
+        name, and a run's files there would be another store's to a reader listing the prefix."""
+        rp = self.run_prefix
+        if rp is not None and (rp == self.prefix or self.prefix.startswith(rp)):
+            raise ValueError(f"storage.s3.runPrefix {rp!r} holds the store's prefix {self.prefix!r}: "
+                             f"give the run a prefix of its own, e.g. {self.prefix}runs/<name>/")
+        return self
 
 
 def bucket_store(s3: Optional[S3Config]) -> Optional[S3Config]:
     """storage.s3 when it names a bucket (a section without one is no bucket store)."""
     return s3 if s3 is not None and s3.bucket else None
+
+
+def run_home(s3: Optional[S3Config]) -> Optional[S3Config]:
+    """storage.s3 when the run lives in its bucket (a bucket and a runPrefix): the one test of
+    whether runDir's results and exact evaluation's rows go through the bucket."""
+    s3 = bucket_store(s3)
+    return s3 if s3 is not None and s3.run_prefix else None
 
 
 class StorageConfig(Section):
@@ -529,6 +553,10 @@ class StorageConfig(Section):
     @property
     def bucket_store(self) -> Optional[S3Config]:
         return bucket_store(self.s3)
+
+    @property
+    def run_home(self) -> Optional[S3Config]:
+        return run_home(self.s3)
 
 
 class TrainConfig(Section):
@@ -581,6 +609,10 @@ class TrainConfig(Section):
             raise ValueError(f"storage.fetch {self.storage.fetch!r} fetches the rounds of strategy grappa "
                              f"only (strategy is {self.strategy!r}, which reads the store directly): "
                              "remove storage.fetch or set strategy: grappa")
+        if self.storage.run_home is not None and self.strategy == "retexo":
+            raise ValueError("strategy retexo keeps each worker's stage rows in runDir/retexo for a "
+                             "resume, and a run in the bucket (storage.s3.runPrefix) shares no runDir: "
+                             "remove storage.s3.runPrefix (a shared runDir), or use strategy grappa or full")
         if self.storage.bucket_store is not None and self.storage.fetch == "direct" and self.strategy == "grappa":
             raise ValueError("storage.fetch direct reads the store through memory maps of a mounted "
                              "folder, which storage.s3 is not: set storage.fetch: prefetch (or on-demand)")
@@ -667,8 +699,20 @@ class TrainConfig(Section):
 
     def local_path(self, rank: int) -> Path:
         """Worker `rank`'s folder for fetched round data (storage.localDir)."""
-        root = Path(self.storage.local_dir) if self.storage.local_dir else Path(self.run_dir) / "local"
-        return root / f"rank-{rank}"
+        return self._local_root / f"rank-{rank}"
+
+    @property
+    def _local_root(self) -> Path:
+        return Path(self.storage.local_dir) if self.storage.local_dir else Path(self.run_dir) / "local"
+
+    def eval_rows_dir(self, rank: int) -> Path:
+        """Where exact evaluation's layer rows are written: runDir/eval-layers, which the workers
+        share; with a run home in the bucket (storage.s3.runPrefix), worker `rank`'s own folder,
+        since the rows pass between the workers through the bucket (beside rank-<r>, whose
+        entries a round's fetch evicts)."""
+        if self.storage.run_home is None:
+            return Path(self.run_dir) / "eval-layers"
+        return self._local_root / f"eval-layers-{rank}"
 
 
 class ConfigError(ValueError):

@@ -159,15 +159,21 @@ class PredictResult:
 
 def _inference(command: str, model, config: ConfigLike, *, store, out, workers, code_path, progress,
                edges_per_block, set, **settings) -> PredictResult:
-    from grappa.inference.commands import infer
-    path = model.model_path if isinstance(model, TrainResult) else Path(model)
+    from grappa.inference.bucket_model import is_bucket_model
+    from grappa.inference.commands import infer, infer_from_bucket
+    bucket = isinstance(model, str) and is_bucket_model(model)
+    if bucket and not out:
+        raise ConfigError(f"grappa.{command}: model {model} is in a bucket: give out=, a local folder the "
+                          "result's arrays are read from (the outputs go beside the model in the bucket too)")
+    path = model if bucket else model.model_path if isinstance(model, TrainResult) else Path(model)
     graph = {k: settings.pop(k) for k in list(settings) if k in ("dataset", "data_root", "download")}
     options = {k: settings.pop(k) for k in ("scores", "embeddings", "embedding_dtype", "evaluate", "pairs",
                                             "queries", "candidates", "top_k") if k in settings}
     if settings:
         raise ConfigError(f"grappa.{command}: unknown settings {sorted(settings)}")
-    given = config is not None or bool(graph) or bool(set)
-    cfg = make_config(config, set=set, **graph) if given else TrainConfig()
+    # a graph named here; storage.s3.* (a bucket model's endpoint) names none
+    given = config is not None or bool(graph) or any(not k.startswith("storage.") for k in (set or {}))
+    cfg = make_config(config, set=set, **graph) if given or set else TrainConfig()
     # the command line's own arguments, defaults and all, so both take the same path (infer)
     from grappa.app.cli import build_parser
     args = build_parser().parse_args([command, "--model", str(path)])
@@ -182,7 +188,7 @@ def _inference(command: str, model, config: ConfigLike, *, store, out, workers, 
             "evaluate": bool(options.get("evaluate")),
             **{k: (None if options.get(k) is None else str(options[k]) if k != "top_k" else int(options[k]))
                for k in ("pairs", "queries", "candidates", "top_k")}} if command == "predict" else {}))
-    out, manifest = infer(command, cfg, args)
+    out, manifest = (infer_from_bucket if bucket else infer)(command, cfg, args)
     return PredictResult(out, manifest)
 
 

@@ -177,11 +177,22 @@ def claim_run_dir(cfg: TrainConfig, fresh: bool = False, command: str = "train")
     from grappa.app.rerun import check_contents, check_rerun, start_over
     check_contents(Path(cfg.run_dir))  # before anything is written there
     ensure_writable(cfg.run_dir, "runDir", "--run-dir")
+    home = None
+    if cfg.storage.run_home is not None:  # the run lives in the bucket: judged as if it were here
+        from grappa.data.s3.run_home import RunHome
+        home = RunHome(cfg.storage.run_home)
     if fresh:
         removed = start_over(Path(cfg.run_dir))
         if removed:
             print(f"grappa: --start-over: removed {', '.join(removed)} from {cfg.run_dir}", file=sys.stderr)
+        if home is not None and home.clear():
+            print(f"grappa: --start-over: removed the run's objects from {home.where}", file=sys.stderr)
         return None
+    if home is not None:
+        pulled = home.pull(Path(cfg.run_dir))
+        if pulled:
+            print(f"grappa: {home.where} holds a run: {', '.join(pulled)} downloaded into {cfg.run_dir}",
+                  file=sys.stderr)
     return check_rerun(cfg, command)
 
 

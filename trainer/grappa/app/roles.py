@@ -71,6 +71,7 @@ def run_aggregator(cfg: TrainConfig) -> dict:
             raise
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
                      extra={"parameters": agg.n_params, "workers": cfg.partitions, "command": "train"})
+        agg.upload_results()
         return result
     finally:
         if not watch.requested.is_set():  # a gloo teardown with dying peers takes seconds: skip it

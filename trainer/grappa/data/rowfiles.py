@@ -76,15 +76,23 @@ class RowFileWriter:
 
 class LayerRows:
     """Layer l's rows of every chunk, opened lazily as memory maps. Open a new one per pass:
-    training rewrites the files every evaluation, and a map keeps the file it opened."""
+    training rewrites the files every evaluation, and a map keeps the file it opened.
 
-    def __init__(self, scratch: Path, layer: int) -> None:
+    With `remote` (a run's home in the bucket, data/s3/run_home.py), the chunks not in `own`
+    are another worker's: each is downloaded on its first read in this pass, over any copy of an
+    earlier pass's."""
+
+    def __init__(self, scratch: Path, layer: int, remote=None, own=()) -> None:
         self.scratch, self.layer = scratch, layer
+        self.remote, self.own = remote, set(own)
         self._maps: dict[int, np.ndarray] = {}
 
     def rows(self, k: int) -> np.ndarray:
         if k not in self._maps:
-            self._maps[k] = map_npy(layer_file(self.scratch, self.layer, k))
+            path = layer_file(self.scratch, self.layer, k)
+            if self.remote is not None and k not in self.own:
+                self.remote.fetch_rows(self.layer, k, path)
+            self._maps[k] = map_npy(path)
         return self._maps[k]
 
     def release(self) -> None:

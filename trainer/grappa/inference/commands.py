@@ -31,7 +31,8 @@ WHERE_ONLY = {"data_root": "--data-root", "download": "--download", "store_dir":
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a model file: RUN_DIR/model.pt or a checkpoint")
+    p.add_argument("--model", required=True, help="a model file: RUN_DIR/model.pt or a checkpoint, or one in "
+                                                  "a bucket: s3://BUCKET/KEY.pt (outputs go beside it there)")
     p.add_argument("--store", help="a prepared chunk store to run on (default: the model's training "
                                    "store, or the dataset given by --dataset/--config)")
     p.add_argument("--out", help="output folder (default: next to the model, predictions/ or evaluation/)")
@@ -170,8 +171,8 @@ def resolve_graph(args: argparse.Namespace, cfg, meta: dict, out: Path, scores_s
     from grappa.inference.graph import named_graph, training_graph
     if args.store:
         return named_graph(ChunkStore(args.store), meta, f"--store {args.store}")
-    if not _dataset_named(args):
-        return training_graph(args.model, meta)
+    if not _dataset_named(args):  # a model from a bucket: its store mirrored beside it (bucket_model.py)
+        return training_graph(args.model, meta, mirror=getattr(args, "store_mirror", None))
     from grappa.data.store.preparation import Purpose, prepare_store
     if not cfg.store_dir:
         cfg = cfg.model_copy(update={"store_dir": str(out.parent / f"{out.name}-store")})
@@ -207,9 +208,11 @@ def build_job(command: str, args: argparse.Namespace, cfg, out: Path):
     return job, int(graph.store.manifest["num_nodes"]), len(meta["widths"])
 
 
-def infer(command: str, cfg, args: argparse.Namespace) -> tuple[Path, dict]:
+def infer(command: str, cfg, args: argparse.Namespace, bucket_out=None) -> tuple[Path, dict]:
     """The output folder and its manifest, by the rules of every writing command: the folder is
-    new, empty or this command's own; the same finished job is not run again."""
+    new, empty or this command's own; the same finished job is not run again. `bucket_out` (a
+    model in a bucket, bucket_model.py): the same rules for the outputs' prefix there, and the
+    outputs uploaded to it."""
     from grappa.inference.out_folder import claim, previous
     from grappa.util.files import ensure_writable, removed_if_left_empty
     _check_graph_flags(args)
@@ -218,34 +221,70 @@ def infer(command: str, cfg, args: argparse.Namespace) -> tuple[Path, dict]:
     with removed_if_left_empty(out):  # a job refused below leaves no empty output folder
         ensure_writable(out, "--out", "--out")
         job, num_nodes, layers = build_job(command, args, cfg, out)
+        there = bucket_out.claim(command, job, args.start_over) if bucket_out is not None else None
         done = claim(out, command, job, start_over=args.start_over)
+        if there is not None and done is None:
+            print(f"grappa: {bucket_out.home.uri(bucket_out.out)} holds this {command}'s finished outputs: "
+                  "nothing to do; add --start-over to compute them again", file=sys.stderr)
+            if bucket_out.local_out:
+                bucket_out.download_outputs(out)
+            return out, there
         if done is not None:
             print(f"grappa: {out} holds this {command}'s finished outputs (the same model, graph and "
                   "outputs asked for): nothing to do; add --start-over to compute them again", file=sys.stderr)
+            if bucket_out is not None and there is None:
+                bucket_out.upload(out)
             return out, done
         from grappa.inference.local_predict import run_local
         path = run_local(job, num_nodes, layers, progress=not args.quiet)
+        if bucket_out is not None:
+            bucket_out.upload(out)
     return out, json.loads(path.read_text())
 
 
+def infer_from_bucket(command: str, cfg, args: argparse.Namespace) -> tuple[Path, dict]:
+    """infer on a model in a bucket (bucket_model.py): downloaded into a temporary folder, its
+    store mirrored beside it, the outputs in --out (default: that folder) and the bucket."""
+    import shutil
+    import tempfile
+
+    from grappa.inference.bucket_model import BucketModel
+    bm = BucketModel(args.model, cfg.storage.s3, command)
+    bm.local_out = bool(args.out)
+    tmp = Path(tempfile.mkdtemp(prefix="grappa-model-"))
+    try:
+        local = argparse.Namespace(**{**vars(args), "model": str(bm.download(tmp)),
+                                      "out": args.out or str(tmp / bm.out.rstrip("/")),
+                                      "store_mirror": tmp / "store"})
+        return infer(command, cfg, local, bucket_out=bm)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
-    out, manifest = infer(command, cfg, args)
+    from grappa.inference.bucket_model import is_bucket_model, manifest_home
+    if is_bucket_model(args.model):
+        out, manifest = infer_from_bucket(command, cfg, args)
+        if not args.out:  # the temporary folder is gone: the outputs are in the bucket
+            out = manifest_home(args.model, command)
+    else:
+        out, manifest = infer(command, cfg, args)
     print_summary(manifest, out)
     return 0
 
 
-def print_summary(m: dict, out: Path) -> None:
+def print_summary(m: dict, out) -> None:
     peak = max((w.get("peak_pss_bytes") or 0) for w in m["per_worker"])
     print(f"{m['num_nodes']:,} nodes in {m['seconds']:.1f} s ({m['nodes_per_second']:,.0f} nodes/s) with "
           f"{m['workers']} workers, peak PSS per worker {peak / 2**20:.0f} MiB")
     for name, f in m["files"].items():
         shape = f"{f['dtype']} {f['shape']}" if "dtype" in f else f"Parquet, {f['rows']:,} rows, columns {', '.join(f['columns'])}"
-        print(f"  {out / f['file']}: {shape} ({f['holds']})")
+        print(f"  {out}/{f['file']}: {shape} ({f['holds']})")
     ev = m.get("evaluation")
     if ev and m.get("task") == "link-prediction":
         from grappa.inference.link_outputs import summary_line
-        print(f"  {summary_line(ev)}; report {out / 'evaluation.json'}")
+        print(f"  {summary_line(ev)}; report {out}/evaluation.json")
     elif ev:
         accs = ", ".join(f"{s} {v['acc']:.4f}" for s, v in ev.items() if v["acc"] is not None)
-        print(f"  accuracy: {accs}; report {out / 'evaluation.json'}")
-    print(f"  manifest {out / 'manifest.json'}")
+        print(f"  accuracy: {accs}; report {out}/evaluation.json")
+    print(f"  manifest {out}/manifest.json")

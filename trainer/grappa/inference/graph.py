@@ -35,10 +35,14 @@ def _fingerprint(path: Path) -> Optional[str]:
         return None
 
 
-def training_graph(model: str, meta: dict) -> Graph:
-    """The model's training store, by its fingerprint, from where the model file says it is."""
+def training_graph(model: str, meta: dict, mirror: Optional[Path] = None) -> Graph:
+    """The model's training store, by its fingerprint, from where the model file says it is;
+    `mirror`: where a store in a bucket is mirrored instead (a model downloaded from a bucket,
+    whose recorded places are another machine's)."""
     want = (meta.get("store") or {}).get("fingerprint")
     places = store_locations(model, meta)
+    if mirror is not None and (meta.get("store") or {}).get("s3"):
+        places = [mirror]
     if not want or not places:
         raise ConfigError(f"model {model} was not trained on a chunk store (`grappa single` trains on "
                           "the dataset in memory): give the graph with --store DIR or --dataset/--config")

@@ -312,9 +312,11 @@ def evaluation_sums(job, model, store, rank: int) -> list[float]:
     from grappa.data.rowfiles import LayerRows
     from grappa.runtime.link_eval import LinkEvaluation
     link = LinkEdges(store.path, store.manifest)
-    mine = LinkEvaluation(store, link, rank, job.workers, job.scratch)
-    every = LinkEvaluation(store, link, 0, 1, job.scratch)
-    rows = LayerRows(job.scratch, model.passes)
+    def rows_of(layer: int) -> LayerRows:
+        return LayerRows(job.scratch, layer)
+    mine = LinkEvaluation(store, link, rank, job.workers, rows_of)
+    every = LinkEvaluation(store, link, 0, 1, rows_of)
+    rows = rows_of(model.passes)
     model.eval()
     stats = []
     for split in EVALUATED:

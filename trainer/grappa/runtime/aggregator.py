@@ -38,6 +38,7 @@ from grappa.tasks import build_task_model
 from grappa.util.process_memory import PeakMemory
 
 log = logging.getLogger("grappa.aggregator")
+METRICS = "metrics.jsonl"
 
 
 class Aggregator:
@@ -74,7 +75,11 @@ class Aggregator:
         self.select = ("val_mrr", "test_mrr") if cfg.task == "link-prediction" else ("val_acc", "test_acc")
         self.progress = Progress(epochs_total=cfg.training.epochs)
         self.memory = PeakMemory(interval=0.5)
-        self.last_epoch = LastEpoch(self.run_dir)
+        self.home = None  # storage.s3.runPrefix: the run's home in the bucket (data/s3/run_home.py)
+        if cfg.storage.run_home is not None:
+            from grappa.data.s3.run_home import RunHome
+            self.home = RunHome(cfg.storage.run_home)
+        self.last_epoch = LastEpoch(self.run_dir, home=self.home)
         self.stop: Optional[SigtermWatch] = None  # set by the entry point
         self.steps_into_epoch = 0  # optimizer steps of the epoch under way (lost on a stop)
         self._stop_saved = False
@@ -223,6 +228,10 @@ class Aggregator:
     def resume(self) -> tuple[int, RoundDecision]:
         fresh = RoundDecision(0, round_seed(self.cfg.grappa.partition_seed, 0), 0)
         path = latest_checkpoint(self.run_dir)
+        if path is None and self.home is not None:  # a new pod's empty runDir: the bucket's
+            if not (self.run_dir / METRICS).exists():  # its epochs so far, extended from here
+                self.home.fetch(METRICS, self.run_dir / METRICS)
+            path = self.home.latest_checkpoint(checkpoint_dir(self.run_dir))
         if path is None:
             return 0, fresh
         ck = load_checkpoint(path)
@@ -294,8 +303,19 @@ class Aggregator:
                      "checkpoint": str(s.path), "save_seconds": seconds, "steps_not_kept": lost})
 
     def _jsonl(self, record: dict) -> None:
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
+        with open(self.run_dir / METRICS, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.home is not None:  # the whole file each time: an object is replaced, never appended to
+            self.home.put(self.run_dir / METRICS, METRICS)
+
+    def upload_results(self) -> None:
+        """The finished run's files into its home in the bucket, report.json last: a report there
+        says every other file is."""
+        if self.home is None:
+            return
+        for name in ("model.pt", "training.png", METRICS, "report.json"):
+            if (self.run_dir / name).is_file():
+                self.home.put(self.run_dir / name, name)
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -395,6 +415,8 @@ class Aggregator:
             save_model(self.run_dir / "model.pt", self.describe(), self.best["state"])
         # exact evaluation's row files (the workers have stopped): (L - 1) x n x hidden floats
         shutil.rmtree(self.run_dir / "eval-layers", ignore_errors=True)
+        if self.home is not None:
+            self.home.drop_rows()
         result = {self.select[1]: self.best["test"], "best_val": self.best["val"],
                   "best_epoch": self.best["epoch"]}
         if self.cfg.task == "link-prediction":

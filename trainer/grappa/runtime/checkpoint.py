@@ -1,4 +1,5 @@
-"""Aggregator checkpoints: atomic writes, resume from the newest one in the run directory.
+"""Aggregator checkpoints: atomic writes, resume from the newest one in the run directory (or,
+with a run home in the bucket and none here, the bucket's newest complete one: data/s3/run_home.py).
 
 `LastEpoch` keeps the state at the last completed epoch as bytes, so a SIGTERM can write it from
 any thread while the training loop goes on changing the live model (stop.py, entry.py).
@@ -73,8 +74,9 @@ class LastEpoch:
     cooperation from the training loop. `lock` also covers the loop's end-of-epoch bookkeeping,
     so a checkpoint and metrics.jsonl always agree on the epochs completed."""
 
-    def __init__(self, run_dir: str | Path, keep: int = 2):
+    def __init__(self, run_dir: str | Path, keep: int = 2, home=None):
         self.run_dir, self.keep = Path(run_dir), keep
+        self.home = home  # the run's home in the bucket (data/s3/run_home.py): each checkpoint goes up too
         self.lock = threading.RLock()
         self.latest: Optional[EpochState] = None
 
@@ -95,6 +97,8 @@ class LastEpoch:
         with self.lock:
             s = self.latest
             if s is not None and s.path is None:
-                s.path = write_checkpoint(self.run_dir, s.epoch, s.payload, self.keep)
-                s.payload = None  # on disk now; free the copy
+                path = write_checkpoint(self.run_dir, s.epoch, s.payload, self.keep)
+                if self.home is not None:  # written locally first: the bucket gets whole files only
+                    self.home.put_checkpoint(path, self.keep)
+                s.path, s.payload = path, None  # saved now; free the copy
             return s

@@ -5,6 +5,10 @@ message per layer crosses the network; no process holds a num_nodes x width tens
 
 The files are rewritten at every evaluation: each is replaced by rename, and a pass opens fresh
 maps, so it never reads the previous evaluation's rows.
+
+With a run home in the bucket (storage.s3.runPrefix, `home`), there is no shared volume: each
+worker writes its rows into its own folder, uploads each file before the layer's barrier, and
+downloads the other workers' files as it reads them (data/s3/run_home.py).
 """
 from __future__ import annotations
 
@@ -23,20 +27,28 @@ from grappa.models.layerwise import DEFAULT_BLOCK_EDGES, StoreGraph, compute_chu
 
 class LayerwiseEvaluation:
     def __init__(self, store: ChunkStore, chunks: list[int], scratch: Path,
-                 block_edges: int = DEFAULT_BLOCK_EDGES) -> None:
+                 block_edges: int = DEFAULT_BLOCK_EDGES, home=None) -> None:
         self.g = StoreGraph(store)
         self.chunks, self.scratch, self.block_edges = list(chunks), Path(scratch), block_edges
+        self.home = home
+
+    def rows(self, layer: int) -> LayerRows:
+        """Layer `layer`'s rows of every chunk, for one pass."""
+        return LayerRows(self.scratch, layer, self.home, self.chunks)
 
     def _source(self, layer: int):
-        return self.g if layer == 0 else LayerRows(self.scratch, layer)
+        return self.g if layer == 0 else self.rows(layer)
 
     @torch.no_grad()
     def write_layer(self, model: GNN, layer: int) -> None:
-        """This worker's rows of hidden layer `layer` (0-based, not the last)."""
+        """This worker's rows of layer `layer` + 1 (`layer` 0-based), each file uploaded (with a
+        run home) before this returns, hence before the layer's barrier."""
         source = self._source(layer)
         for k in self.chunks:
-            write_chunk(model, layer, self.g, source, k, layer_file(self.scratch, layer + 1, k),
-                        self.block_edges)
+            path = layer_file(self.scratch, layer + 1, k)
+            write_chunk(model, layer, self.g, source, k, path, self.block_edges)
+            if self.home is not None:
+                self.home.put_rows(path, layer + 1, k)
 
     @torch.no_grad()
     def last_layer_stats(self, model: GNN) -> Tensor:

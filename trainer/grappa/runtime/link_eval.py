@@ -17,8 +17,6 @@ chunk's sorted node ids): a block of positives holds (2 + k) x block rows at a t
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -58,13 +56,10 @@ class RowLookup:
 
 class LinkEvaluation(RowLookup):
     def __init__(self, store: ChunkStore, link: LinkEdges, worker: int, workers: int,
-                 scratch: Path) -> None:
+                 rows) -> None:
         super().__init__(store)
         self.link, self.worker, self.workers = link, worker, workers
-        self.scratch = Path(scratch)
-
-    def rows(self, layer: int) -> LayerRows:
-        return LayerRows(self.scratch, layer)
+        self.rows = rows  # layer -> LayerRows of one pass (exact_eval.LayerwiseEvaluation.rows)
 
     @torch.no_grad()
     def shared_scores(self, decoder, rows: LayerRows, split: str) -> Tensor:

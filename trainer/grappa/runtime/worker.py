@@ -8,9 +8,10 @@ chunks with all in-edges, boundary rows read from the other workers' row files
 """
 from __future__ import annotations
 
+import logging
 import math
+import shutil
 import time
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -37,6 +38,8 @@ from grappa.strategies.grappa.rounds import RoundDecision
 from grappa.tasks import build_task_model
 from grappa.tasks.node_classification import split_stats
 from grappa.util.process_memory import PeakMemory
+
+log = logging.getLogger("grappa.worker")
 
 # Reading PSS walks every mapping (14-21 ms of CPU with torch and the store mapped), so a worker
 # reads it in the background every few seconds and at each epoch's report, never per step.
@@ -69,19 +72,23 @@ class Worker:
     # -- set-up ------------------------------------------------------------------------------
     def send_eval_layout(self) -> None:
         """Exact evaluation: set up the layer-wise pass over this worker's base chunks (nothing
-        to send: rows go through files on the shared volume). Sampled evaluation: pick the nodes
-        this worker scores."""
+        to send: rows go through files on the shared volume, or the run's home in the bucket).
+        Sampled evaluation: pick the nodes this worker scores."""
         if self.cfg.sampled_eval:
             self.eval_nodes = sampled_eval_nodes(self.store, self.shard.base, self.cfg)
             self.eval_sampler = StoreSampler(self.store, self.cfg.fanouts)
             return
         from grappa.runtime.exact_eval import LayerwiseEvaluation
-        scratch = Path(self.cfg.run_dir) / "eval-layers"
-        self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base, scratch)
+        home = None
+        if self.cfg.storage.run_home is not None:  # rows pass through the bucket, not a shared folder
+            from grappa.data.s3.run_home import RunHome
+            home = RunHome(self.cfg.storage.run_home)
+        self.exact_eval = LayerwiseEvaluation(self.store, self.shard.base,
+                                              self.cfg.eval_rows_dir(self.link.rank), home=home)
         if self.cfg.task == "link-prediction":
             from grappa.runtime.link_eval import LinkEvaluation
             self.link_eval = LinkEvaluation(self.store, self.shard.link, self.shard.index,
-                                            self.cfg.partitions, scratch)
+                                            self.cfg.partitions, self.exact_eval.rows)
 
     def receive_params(self) -> None:
         buf = torch.empty(self.n_params + self.n_buf, dtype=torch.float32)
@@ -213,6 +220,12 @@ class Worker:
         finally:
             self.memory.stop()
             self.shard.close(done)
+            ev = getattr(self, "exact_eval", None)
+            if ev is not None and ev.home is not None:  # this worker's own copies of the rows
+                shutil.rmtree(ev.scratch, ignore_errors=True)
+                log.info(
+                    "evaluation's layer rows through %s: %.1f MiB uploaded, %.1f MiB downloaded",
+                    ev.home.where, ev.home.bytes_sent / 2**20, ev.home.bucket.bytes_received / 2**20)
 
     def serve(self) -> None:
         self.send_eval_layout()
