@@ -54,6 +54,10 @@ def no_process_left_behind(request: pytest.FixtureRequest):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # registered here, not in pyproject.toml: the images' dependency layers are keyed on
+    # pyproject.toml, and a marker's line would rebuild them (minutes of the test loop)
+    config.addinivalue_line("markers", "seaweedfs: e2e tests that run the bed's SeaweedFS in the cluster: "
+                            "they wait for $GRAPPA_S3_READY, last among the e2e tests")
     lanes.start(config)
     if lanes.in_lane():
         # One OpenMP thread a lane (before any test imports torch; jobs the tests start set their
