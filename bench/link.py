@@ -267,10 +267,12 @@ def main() -> None:
                 print(f"{key}: measured already")
                 return
             print(f"{key}: measured with other settings ({other}): measuring again", flush=True)
-        record.update({"cpus": len(os.sched_getaffinity(0)), "measured": time.strftime("%Y-%m-%d")})
+        record.update({"cpus": len(os.sched_getaffinity(0)), "measured": time.strftime("%Y-%m-%d"),
+                       "load_before": round(os.getloadavg()[0], 2)})
         print(f"{key}: running", flush=True)
         try:
             record.update(fn())
+            record["load_after"] = round(os.getloadavg()[0], 2)  # the job's own processes included
             print(f"{key}: test MRR {record.get('test_mrr')}, Hits@50 {record.get('test_hits@50')}, "
                   f"AUC {record.get('test_auc')}, epoch {record['epoch_seconds']:.3f} s, "
                   f"{record['bytes_per_epoch']:,} B/epoch, worker peak PSS "

@@ -210,6 +210,15 @@ def seen_partitions(runs: dict) -> list[int]:
                                      if not k.startswith("rmat/") and r.get("method") != "single"})
 
 
+BUSY_LOAD = 1.0  # a 1-minute load average above this before a cell: the machine was not its own
+BUSY_MARK = " (busy)"
+
+
+def busy(runs: dict, ds: str, layers: int, method: str, p: int) -> bool:
+    """Any of the cell's runs started on a busy machine (load recorded since the bench records it)."""
+    return any((r.get("load_before") or 0) > BUSY_LOAD for r in seed_runs(runs, ds, layers, method, p).values())
+
+
 def dataset_table(runs: dict, ds: str, ps: list[int] = PARTITIONS) -> list[str]:
     lines = [f"## {ds}", "",
              "| layers | method | P | test MRR | MRR - single | Hits@50 | AUC | best epoch | epoch s | "
@@ -231,7 +240,8 @@ def dataset_table(runs: dict, ds: str, ps: list[int] = PARTITIONS) -> list[str]:
                 lines.append(f"{head} {run['test_mrr']:.4f}{spread} | "
                              + ("-" if method == "single" else num(g, "{:+.4f}"))
                              + f" | {num(run.get('test_hits@50'))} | {num(run.get('test_auc'))} | "
-                             f"{run.get('best_epoch', '-')} | {num(run.get('epoch_seconds'), '{:.3f}')} | "
+                             f"{run.get('best_epoch', '-')} | {num(run.get('epoch_seconds'), '{:.3f}')}"
+                             f"{BUSY_MARK if busy(runs, ds, layers, method, p) else ''} | "
                              f"{size(run.get('bytes_per_epoch'))} |")
     return lines + [""]
 
@@ -344,8 +354,9 @@ def render(runs: dict, out: Path, command: str = "make bench-link", datasets: li
              "full communication fetches remote activations every step; Grappa trains isolated partitions "
              "and exchanges gradients only (variants: without the edge coverage correction, without "
              "repartition rounds, without either). Epoch s: median training seconds of an epoch after the "
-             "first. Training bytes: every worker's all-reduce traffic in an epoch plus fetched rows "
-             "counted once (0 for the single process). A cell measured with several training seeds "
+             f"first; \"{BUSY_MARK.strip()}\": a run of the cell started with the 1-minute load average above "
+             f"{BUSY_LOAD} (recorded from 2026-11-28 on), its time is not a quiet machine's. Training "
+             "bytes: every worker's all-reduce traffic in an epoch plus fetched rows counted once (0 for the single process). A cell measured with several training seeds "
              "(`--seeds`: the model's initialisation and the negatives change, the split does not) shows "
              "the mean and the test MRR's standard deviation; gaps are between means.", ""]
     lines += settings(runs)

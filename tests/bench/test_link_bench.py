@@ -133,3 +133,13 @@ def test_a_cell_measured_at_another_learning_rate_runs_apart(tmp_path):
     b = link.config("cora", "grappa", 4, 2, args, tmp_path, 0)
     assert a["training"]["lr"] == 0.001 and b["training"]["lr"] == 0.01
     assert a["runDir"] == str(tmp_path / "run-cora-2-grappa-4-lr0.001") != b["runDir"]
+
+
+def test_a_cell_started_on_a_busy_machine_says_so(tmp_path):
+    render = load("render_link")
+    k = render.cell_key
+    runs = {k("cora", 2, "single", 1): {**cell(0.5, nbytes=0, method="single", p=1), "load_before": 0.4},
+            k("cora", 2, "grappa", 4): {**cell(0.49), "load_before": 3.1}}
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert any(line.startswith("| 2 | Grappa (correction + rounds) | 4 |") and "| 0.500 (busy) |" in line for line in lines)
+    assert any(line.startswith("| 2 | single-process PyG | 1 |") and "| 0.500 |" in line for line in lines)
