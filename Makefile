@@ -114,9 +114,10 @@ bench-models: venv
 
 # docs/results/link.md: link prediction, single-process PyG vs full communication vs Grappa (P = 4, 8;
 # with and without correction, rounds on and off) on Cora, Coauthor-Physics and Amazon-Photo, 2 and 3
-# layers, then RMAT-22 at P = 8 (resumes from link-runs.json; --force re-measures).
+# layers, each at the learning rate of --lrs with single-process's best validation MRR, then RMAT-22
+# at P = 8 (resumes from link-runs.json; --force re-measures).
 bench-link: venv
-	$(PY) bench/link.py --datasets cora,amazon-photo,coauthor-physics --partitions 4,8 --layers 2,3 --epochs 100 --no-rmat
+	$(PY) bench/link.py --datasets cora,amazon-photo,coauthor-physics --partitions 4,8 --layers 2,3 --epochs 100 --lrs 0.01,0.001 --no-rmat
 	$(PY) bench/link.py --rmat-only --rmat-scale 22 --rmat-epochs 2 --rmat-steps 100
 
 # docs/results/shard.md: one rank's optimizer CPU per step and memory, whole and sharded

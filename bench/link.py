@@ -45,7 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "trainer")]
-from render_link import DATASETS, GRAPPA_VARIANTS, LAYERS, METHODS, PARTITIONS, cell_key, render  # noqa: E402
+from render_link import (DATASETS, DEFAULT_LR, GRAPPA_VARIANTS, LAYERS, METHODS, PARTITIONS,  # noqa: E402
+                         cell_key, chosen_lr, render)
 from scale import run_with_peak  # noqa: E402
 
 ROUND_EVERY = 10
@@ -64,23 +65,30 @@ DATASET_CONFIGS = {
 }
 
 
-def config(dataset: str, method: str, partitions: int, layers: int, args, work: Path, seed: int = 0) -> dict:
+def config(dataset: str, method: str, partitions: int, layers: int, args, work: Path, seed: int = 0,
+           lr: float = DEFAULT_LR) -> dict:
     """The job's config (also what the single process reads its settings from). `seed` is the
     training seed (initialisation, negatives); the split's seed stays 0, so every seed is judged
     on the same test edges."""
+    run = f"run-{dataset}-{layers}-{method}-{partitions}" + (f"-lr{lr:g}" if lr != DEFAULT_LR else "") \
+        + (f"-s{seed}" if seed else "")
     strategy = "full" if method == "full" else "grappa"
     doc = {"strategy": strategy, "partitions": partitions, "task": "link-prediction",
            "dataset": DATASET_CONFIGS[dataset],
            "model": {"arch": args.arch, "layers": layers, "hidden": args.hidden, "dropout": args.dropout},
-           "training": {"epochs": args.epochs, "lr": args.lr, "seed": seed, "evalEvery": args.eval_every},
+           "training": {"epochs": args.epochs, "lr": lr, "seed": seed, "evalEvery": args.eval_every},
            "link": {"splitSeed": 0},
            "checkpoint": {"interval": 0},
-           "runDir": str(work / (f"run-{dataset}-{layers}-{method}-{partitions}" + (f"-s{seed}" if seed else ""))),
+           "runDir": str(work / run),
            # one store per dataset and P: the split is seeded (link.splitSeed), the same for every P
            "storeDir": str(work / f"store-{dataset}-{partitions}")}
     if method in VARIANTS:
         doc["grappa"] = VARIANTS[method]
     return doc
+
+
+# a stored cell measured with other values of these is measured again (its key holds lr and seed)
+TRAINED_BY = ("epochs", "arch", "hidden", "dropout")
 
 
 def job_env() -> dict:
@@ -230,7 +238,9 @@ def main() -> None:
     ap.add_argument("--arch", choices=["gcn", "sage"], default="gcn")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--dropout", type=float, default=0.0)
-    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--lrs", default=str(DEFAULT_LR),
+                    help="learning rates, e.g. 0.01,0.001: with several, single-process (seed 0) runs at each "
+                         "first and every method of a graph and depth uses the one with its best validation MRR")
     ap.add_argument("--no-rmat", action="store_true", help="skip the RMAT cell")
     ap.add_argument("--rmat-only", action="store_true", help="only the RMAT cell")
     ap.add_argument("--rmat-scale", type=int, default=22)
@@ -252,12 +262,17 @@ def main() -> None:
 
     def measure(key: str, record: dict, fn) -> None:
         if key in runs and "failed" not in runs[key] and not args.force:
-            print(f"{key}: measured already")
-            return
-        record.update({"cpus": len(os.sched_getaffinity(0)), "measured": time.strftime("%Y-%m-%d")})
+            other = {k: runs[key].get(k) for k in TRAINED_BY if runs[key].get(k) != record.get(k)}
+            if not other:
+                print(f"{key}: measured already")
+                return
+            print(f"{key}: measured with other settings ({other}): measuring again", flush=True)
+        record.update({"cpus": len(os.sched_getaffinity(0)), "measured": time.strftime("%Y-%m-%d"),
+                       "load_before": round(os.getloadavg()[0], 2)})
         print(f"{key}: running", flush=True)
         try:
             record.update(fn())
+            record["load_after"] = round(os.getloadavg()[0], 2)  # the job's own processes included
             print(f"{key}: test MRR {record.get('test_mrr')}, Hits@50 {record.get('test_hits@50')}, "
                   f"AUC {record.get('test_auc')}, epoch {record['epoch_seconds']:.3f} s, "
                   f"{record['bytes_per_epoch']:,} B/epoch, worker peak PSS "
@@ -269,20 +284,27 @@ def main() -> None:
         runs_file.write_text(json.dumps(runs, indent=1, sort_keys=True))
         render(runs, results, command)
 
+    def cell(ds: str, layers: int, method: str, p: int, seed: int, lr: float) -> None:
+        doc = config(ds, method, p, layers, args, work, seed, lr)
+        record = {"dataset": ds, "layers": layers, "method": method, "partitions": p, "seed": seed,
+                  "epochs": args.epochs, "eval_every": args.eval_every, "arch": args.arch,
+                  "hidden": args.hidden, "dropout": args.dropout, "lr": lr, "config": doc}
+        fn = (lambda: run_single(doc)) if method == "single" else (lambda: run_job(doc, args.timeout))
+        measure(cell_key(ds, layers, method, p, seed, lr), record, fn)
+
+    lrs = [float(x) for x in args.lrs.split(",")]
     if not args.render_only and not args.rmat_only:
         for ds in args.datasets.split(","):
             for layers in [int(x) for x in args.layers.split(",")]:
+                if len(lrs) > 1:  # the rate is chosen on single-process validation, before any other cell
+                    for lr in lrs:
+                        cell(ds, layers, "single", 1, 0, lr)
+                lr = chosen_lr(runs, ds, layers) if len(lrs) > 1 else lrs[0]
+                print(f"{ds}, {layers} layers: lr {lr:g}", flush=True)
                 for method in args.methods.split(","):
                     for p in [1] if method == "single" else [int(x) for x in args.partitions.split(",")]:
                         for seed in [int(x) for x in args.seeds.split(",")]:
-                            doc = config(ds, method, p, layers, args, work, seed)
-                            record = {"dataset": ds, "layers": layers, "method": method, "partitions": p,
-                                      "seed": seed, "epochs": args.epochs, "eval_every": args.eval_every,
-                                      "arch": args.arch, "hidden": args.hidden, "dropout": args.dropout,
-                                      "lr": args.lr, "config": doc}
-                            fn = ((lambda d=doc: run_single(d)) if method == "single"
-                                  else (lambda d=doc: run_job(d, args.timeout)))
-                            measure(cell_key(ds, layers, method, p, seed), record, fn)
+                            cell(ds, layers, method, p, seed, lr)
     if not args.render_only and not args.no_rmat:
         doc = rmat_config(args, work)
         record = {"dataset": f"rmat-{args.rmat_scale}", "method": "grappa", "partitions": 8, "config": doc}

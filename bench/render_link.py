@@ -25,9 +25,32 @@ NOT = "not measured"
 MIB, GIB = 2 ** 20, 2 ** 30
 
 
-def cell_key(dataset: str, layers: int, method: str, partitions: int, seed: int = 0) -> str:
-    """Seed 0's key has no seed (the cells measured before there were seeds are seed 0's)."""
-    return f"{dataset}|{layers}|{method}|{partitions}" + (f"|s{seed}" if seed else "")
+DEFAULT_LR = 0.01  # the cells measured before there was a learning-rate choice are this one's
+
+
+def cell_key(dataset: str, layers: int, method: str, partitions: int, seed: int = 0,
+             lr: float = DEFAULT_LR) -> str:
+    """Seed 0's key has no seed, DEFAULT_LR's no lr (the cells measured before either existed)."""
+    return (f"{dataset}|{layers}|{method}|{partitions}" + (f"|lr{lr:g}" if lr != DEFAULT_LR else "")
+            + (f"|s{seed}" if seed else ""))
+
+
+def single_val_by_lr(runs: dict, ds: str, layers: int) -> dict[float, float]:
+    """Single-process's best validation MRR (seed 0) at each learning rate measured."""
+    found = {}
+    for k, run in runs.items():
+        if (k.startswith(f"{ds}|{layers}|single|1") and ok(run) and not run.get("seed")
+                and run.get("best_val_mrr") is not None):
+            found[float(run.get("lr", DEFAULT_LR))] = run["best_val_mrr"]
+    return found
+
+
+def chosen_lr(runs: dict, ds: str, layers: int) -> float:
+    """The learning rate every method of this graph and depth is judged at: the one with
+    single-process's best validation MRR (validation, so the test edges choose nothing);
+    DEFAULT_LR when none is measured."""
+    found = single_val_by_lr(runs, ds, layers)
+    return max(found, key=lambda lr: (found[lr], -lr)) if found else DEFAULT_LR
 
 
 def planned() -> list[tuple[str, int, str, int]]:
@@ -46,7 +69,7 @@ def ok(run) -> bool:
 
 def seed_runs(runs: dict, ds: str, layers: int, method: str, p: int) -> dict[int, dict]:
     """The cell's measured runs by training seed (training.seed; the split is the same for all)."""
-    key = cell_key(ds, layers, method, 1 if method == "single" else p)
+    key = cell_key(ds, layers, method, 1 if method == "single" else p, lr=chosen_lr(runs, ds, layers))
     found = {}
     for k, run in runs.items():
         if k == key or k.startswith(key + "|s"):
@@ -187,6 +210,15 @@ def seen_partitions(runs: dict) -> list[int]:
                                      if not k.startswith("rmat/") and r.get("method") != "single"})
 
 
+BUSY_LOAD = 1.0  # a 1-minute load average above this before a cell: the machine was not its own
+BUSY_MARK = " (busy)"
+
+
+def busy(runs: dict, ds: str, layers: int, method: str, p: int) -> bool:
+    """Any of the cell's runs started on a busy machine (load recorded since the bench records it)."""
+    return any((r.get("load_before") or 0) > BUSY_LOAD for r in seed_runs(runs, ds, layers, method, p).values())
+
+
 def dataset_table(runs: dict, ds: str, ps: list[int] = PARTITIONS) -> list[str]:
     lines = [f"## {ds}", "",
              "| layers | method | P | test MRR | MRR - single | Hits@50 | AUC | best epoch | epoch s | "
@@ -196,7 +228,7 @@ def dataset_table(runs: dict, ds: str, ps: list[int] = PARTITIONS) -> list[str]:
             for p in [1] if method == "single" else ps:
                 run = get(runs, ds, layers, method, p)
                 head = f"| {layers} | {LABEL[method]} | {p} |"
-                failed = runs.get(cell_key(ds, layers, method, p))
+                failed = runs.get(cell_key(ds, layers, method, p, lr=chosen_lr(runs, ds, layers)))
                 if run is None and failed and "failed" in failed:
                     lines.append(f"{head} failed: {failed['failed'][-120:]!r} | | | | | | |")
                     continue
@@ -208,7 +240,8 @@ def dataset_table(runs: dict, ds: str, ps: list[int] = PARTITIONS) -> list[str]:
                 lines.append(f"{head} {run['test_mrr']:.4f}{spread} | "
                              + ("-" if method == "single" else num(g, "{:+.4f}"))
                              + f" | {num(run.get('test_hits@50'))} | {num(run.get('test_auc'))} | "
-                             f"{run.get('best_epoch', '-')} | {num(run.get('epoch_seconds'), '{:.3f}')} | "
+                             f"{run.get('best_epoch', '-')} | {num(run.get('epoch_seconds'), '{:.3f}')}"
+                             f"{BUSY_MARK if busy(runs, ds, layers, method, p) else ''} | "
                              f"{size(run.get('bytes_per_epoch'))} |")
     return lines + [""]
 
@@ -267,15 +300,41 @@ def plot(runs: dict, datasets: list[str], path: Path, ps: list[int] = PARTITIONS
     return True
 
 
+def lr_section(runs: dict, datasets: list[str]) -> list[str]:
+    """Which learning rate each graph and depth is judged at, and why (single-process validation)."""
+    rows = []
+    for ds in datasets:
+        for layers in LAYERS:
+            found = single_val_by_lr(runs, ds, layers)
+            if found:
+                pick = chosen_lr(runs, ds, layers)
+                rows.append(f"| {ds} | {layers} | " + ", ".join(
+                    f"{lr:g}: {v:.4f}" for lr, v in sorted(found.items(), reverse=True)) + f" | **{pick:g}** |")
+    if not rows:
+        return []
+    return ["## Learning rate", "",
+            "Each graph and depth is judged at one learning rate, every method alike: the one at which "
+            "single-process PyG (seed 0) reaches the best validation MRR among those measured "
+            "(`--lrs`). Cells measured at another rate stay in link-runs.json and are not shown.", "",
+            "| graph | layers | single-process best validation MRR by lr | lr used |", "|---|---|---|---|",
+            *rows, ""]
+
+
 def settings(runs: dict) -> list[str]:
     grid = [r for k, r in runs.items() if not k.startswith("rmat/")]
     if not grid:
         return []
-    keys = ("epochs", "eval_every", "arch", "hidden", "dropout", "lr")
-    seen = sorted({tuple(r.get(k) for k in keys) for r in grid}, key=str)
-    return ["Settings of the measured cells: " + "; ".join(
-        f"{e} epochs, evaluated every {ev}, {str(a).upper()}, hidden {h}, dropout {d}, lr {lr}"
-        for e, ev, a, h, d, lr in seen) + ".", ""]
+    keys = ("epochs", "eval_every", "arch", "hidden", "dropout")
+    by_ds: dict[str, dict[tuple, set]] = {}
+    for r in grid:  # per graph: each setting with the learning rates measured at it
+        by_ds.setdefault(r.get("dataset", "?"), {}).setdefault(tuple(r.get(k) for k in keys), set()).add(
+            r.get("lr", DEFAULT_LR))
+    parts = []
+    for ds, seen in sorted(by_ds.items()):
+        parts += [f"{ds}: {e} epochs, evaluated every {ev}, {str(a).upper()}, hidden {h}, dropout {d}, lr "
+                  + " or ".join(f"{lr:g}" for lr in sorted(lrs, reverse=True))
+                  for (e, ev, a, h, d), lrs in sorted(seen.items(), key=str)]
+    return ["Settings of the measured cells: " + "; ".join(parts) + ".", ""]
 
 
 def render(runs: dict, out: Path, command: str = "make bench-link", datasets: list[str] = DATASETS) -> Path:
@@ -295,11 +354,13 @@ def render(runs: dict, out: Path, command: str = "make bench-link", datasets: li
              "full communication fetches remote activations every step; Grappa trains isolated partitions "
              "and exchanges gradients only (variants: without the edge coverage correction, without "
              "repartition rounds, without either). Epoch s: median training seconds of an epoch after the "
-             "first. Training bytes: every worker's all-reduce traffic in an epoch plus fetched rows "
-             "counted once (0 for the single process). A cell measured with several training seeds "
+             f"first; \"{BUSY_MARK.strip()}\": a run of the cell started with the 1-minute load average above "
+             f"{BUSY_LOAD} (recorded from 2026-11-28 on), its time is not a quiet machine's. Training "
+             "bytes: every worker's all-reduce traffic in an epoch plus fetched rows counted once (0 for the single process). A cell measured with several training seeds "
              "(`--seeds`: the model's initialisation and the negatives change, the split does not) shows "
              "the mean and the test MRR's standard deviation; gaps are between means.", ""]
     lines += settings(runs)
+    lines += lr_section(runs, datasets)
     lines += target_section(runs, datasets)
     if plot(runs, datasets, out / "link.png", ps):
         lines += ["![test MRR per graph, depth and method](link.png)", ""]
@@ -307,7 +368,7 @@ def render(runs: dict, out: Path, command: str = "make bench-link", datasets: li
         lines += dataset_table(runs, ds, ps)
     lines += rmat_section(runs)
     todo = planned()
-    done = sum(ok(runs.get(cell_key(*c))) for c in todo)
+    done = sum(ok(runs.get(cell_key(*c, lr=chosen_lr(runs, c[0], c[1])))) for c in todo)
     lines.append(f"Grid status: {done} of {len(todo)} (graph, depth, method, P) cells measured"
                  + ("." if done == len(todo) else f"; the others are shown as \"{NOT}\"."))
     path = out / "link.md"

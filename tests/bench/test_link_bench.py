@@ -94,7 +94,52 @@ def test_seeds_are_averaged_and_their_spread_is_shown(tmp_path):
 def test_each_seed_runs_in_its_own_run_directory(tmp_path):
     import argparse
     link = load("link")
-    args = argparse.Namespace(arch="gcn", hidden=16, dropout=0.0, epochs=2, lr=0.01, eval_every=1)
+    args = argparse.Namespace(arch="gcn", hidden=16, dropout=0.0, epochs=2, eval_every=1)
     dirs = {seed: link.config("cora", "grappa", 4, 2, args, tmp_path, seed)["runDir"] for seed in (0, 1, 2)}
     assert dirs[0] == str(tmp_path / "run-cora-2-grappa-4")
     assert dirs[1] == str(tmp_path / "run-cora-2-grappa-4-s1") and len(set(dirs.values())) == 3
+
+
+def test_each_graph_and_depth_is_judged_at_single_process_best_validation_lr(tmp_path):
+    """Single-process validates best at lr 0.001 on Cora's 2 layers: its cells and Grappa's at
+    0.001 are the ones shown and judged; the 0.01 cells stay in the JSON but out of the page."""
+    render = load("render_link")
+    k = render.cell_key
+    assert k("cora", 2, "grappa", 4, 0, 0.001) == "cora|2|grappa|4|lr0.001"
+    assert k("cora", 2, "grappa", 4, 2, 0.001) == "cora|2|grappa|4|lr0.001|s2"
+    assert k("cora", 2, "grappa", 4, 2, 0.01) == "cora|2|grappa|4|s2"
+    runs = {k("cora", 2, "single", 1): {**cell(0.20, method="single", p=1), "best_val_mrr": 0.19},
+            k("cora", 2, "grappa", 4): cell(0.10),
+            k("cora", 2, "single", 1, lr=0.001): {**cell(0.40, method="single", p=1), "best_val_mrr": 0.38,
+                                                  "lr": 0.001},
+            k("cora", 2, "grappa", 4, lr=0.001): {**cell(0.395), "lr": 0.001}}
+    assert render.chosen_lr(runs, "cora", 2) == 0.001
+    assert render.chosen_lr(runs, "cora", 3) == render.DEFAULT_LR  # nothing measured
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert "| cora | 2 | 0.01: 0.1900, 0.001: 0.3800 | **0.001** |" in lines
+    assert "  - Within: cora, 2 layers, Grappa - single = -0.0050." in lines
+    assert any(line.startswith("| 2 | single-process PyG | 1 | 0.4000 |") for line in lines)
+    assert any("cora: 100 epochs, evaluated every 1, GCN, hidden 128, dropout 0.0, lr 0.01 or 0.001" in line
+               for line in lines)
+    # the 0.01 cells would have been a miss of -0.10: they are not what is judged
+    assert "Miss" not in "\n".join(lines)
+
+
+def test_a_cell_measured_at_another_learning_rate_runs_apart(tmp_path):
+    import argparse
+    link = load("link")
+    args = argparse.Namespace(arch="gcn", hidden=16, dropout=0.0, epochs=2, eval_every=1)
+    a = link.config("cora", "grappa", 4, 2, args, tmp_path, 0, 0.001)
+    b = link.config("cora", "grappa", 4, 2, args, tmp_path, 0)
+    assert a["training"]["lr"] == 0.001 and b["training"]["lr"] == 0.01
+    assert a["runDir"] == str(tmp_path / "run-cora-2-grappa-4-lr0.001") != b["runDir"]
+
+
+def test_a_cell_started_on_a_busy_machine_says_so(tmp_path):
+    render = load("render_link")
+    k = render.cell_key
+    runs = {k("cora", 2, "single", 1): {**cell(0.5, nbytes=0, method="single", p=1), "load_before": 0.4},
+            k("cora", 2, "grappa", 4): {**cell(0.49), "load_before": 3.1}}
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert any(line.startswith("| 2 | Grappa (correction + rounds) | 4 |") and "| 0.500 (busy) |" in line for line in lines)
+    assert any(line.startswith("| 2 | single-process PyG | 1 |") and "| 0.500 |" in line for line in lines)
