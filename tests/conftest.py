@@ -73,13 +73,22 @@ LATE = ("test_op_helm.py", "test_op_monitoring.py", "test_manifests.py", "test_i
 # Unit tests that run SeaweedFS's S3 gateway (tests/s3_server.py), the bed's last Go build (after
 # Kueue's manager): after the LATE ones, and they wait for it ($GRAPPA_S3_READY) like those for helm.
 # So do the e2e tests marked `seaweedfs` (weed in a pod, from the node's mount), last of the e2e ones.
+# A file is one of them by name, or by a test that uses the server's fixture (s3_server.py), so a
+# new S3 test file cannot miss the wait (cold 26: test_s3_run_home.py's fixture waited inside its
+# 900 s timeout and failed, weed being ready only at 2,169 s).
 S3_LATE = ("test_s3_store.py", "test_seaweedfs.py")
+S3_FIXTURE = "s3_server"
+
+
+def runs_weed(item: pytest.Item) -> bool:
+    return item.path.name in S3_LATE or S3_FIXTURE in getattr(item, "fixturenames", ())
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    s3_files = tuple(sorted({item.path.name for item in items if runs_weed(item)} | set(S3_LATE)))
     # stable: the usual order otherwise
-    items.sort(key=lambda item: (*lanes.order(item, LATE + S3_LATE), item.path.name in S3_LATE))
+    items.sort(key=lambda item: (*lanes.order(item, LATE + s3_files), item.path.name in s3_files))
     if lanes.in_lane():
         lanes.group(items)
 
@@ -92,7 +101,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # waited for here, not in a fixture that the test's timeout would cut short.
     if item.path.name in LATE or item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.TOOLS, "helm")
-    if item.path.name in S3_LATE or item.get_closest_marker("seaweedfs") is not None:
+    if runs_weed(item) or item.get_closest_marker("seaweedfs") is not None:
         kind_bed.wait_for(kind_bed.S3, "SeaweedFS (the S3 tests' server)")
     if item.get_closest_marker("e2e") is not None:
         kind_bed.wait_for(kind_bed.CLUSTER, "cluster")
