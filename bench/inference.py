@@ -142,8 +142,8 @@ def render(runs: dict) -> str:
              "The coordinator is the `grappa predict` process that starts the workers and watches them (its "
              "peak RSS); the memory cgroup columns are the peak usage and largest sampled working set (usage "
              "less inactive file pages), page cache included, of the cgroup the job ran in: what a pod's limit "
-             "is enforced on, but locally the session's, shared by every worker and whatever else ran there "
-             "(the manifest names its path). *not measured*: a run recorded before the manifest had them.",
+             "is enforced on, but locally the session's, shared by every worker and whatever else ran there, "
+             "its kernel peak since the session began (the manifest names its path). *not measured*: a run recorded before the manifest had them.",
              "",
              "| graph | P | nodes | wall | nodes/s | max worker PSS | max worker anon | max worker RSS | "
              "coordinator RSS | memory cgroup peak / working set | "

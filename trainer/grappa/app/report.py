@@ -76,7 +76,8 @@ CGROUP_WHAT = ("each rank's memory cgroup (page cache included; 0: none readable
                "the largest working set (usage less inactive file pages: what kubelet evicts on and "
                "`kubectl top` shows) and page cache sampled; in a pod the container's cgroup, what its "
                "memory limit is enforced on; outside a container the cgroup of the whole session "
-               "(`cgroup.path`), shared by every rank and whatever else runs there")
+               "(`cgroup.path`), shared by every rank and whatever else runs there, and its kernel peak "
+               "spans the cgroup's life: the container's in a pod, locally earlier jobs of the session too")
 
 
 def memory_summary(history: list[dict], cgroup: Optional[dict] = None) -> Optional[dict]:

@@ -8,7 +8,8 @@ usage minus the inactive file pages (those the kernel reclaims first).
 cgroup v2: memory.current, memory.peak (kernels from 5.19), memory.stat's `file` and
 `inactive_file`, memory.max. cgroup v1: memory.usage_in_bytes, memory.max_usage_in_bytes,
 memory.stat's `total_cache` and `total_inactive_file` (total_*: the cgroup and its children),
-memory.limit_in_bytes. Where the kernel keeps no peak, the peak is the largest usage sampled.
+memory.limit_in_bytes. Where the kernel keeps no peak, the peak is the largest usage sampled; where
+it keeps one, that spans the cgroup's life (a container's whole run, or a session's).
 
 In a pod the cgroup is the container's. Outside a container it is whatever the session runs in
 (a systemd scope, a user slice, a sandbox): shared with every process there, so the figures say
