@@ -5,6 +5,8 @@ hidden width 128 with seeded random parameters (the pass costs the same for any 
 measures the pass, not accuracy), then `grappa predict --embeddings 2` in a subprocess. Recorded:
 wall time, nodes/s, per worker peak RSS, PSS (the memory-mapped store and row files counted once
 per machine) and anonymous memory, bytes read and written, and the process tree's sampled RSS;
+the coordinator's (the `grappa predict` process) peak RSS and the peaks of the memory cgroup the
+job ran in (the manifest's `coordinator`: locally the session's cgroup, not the job's alone);
 beside it, the training step time of the same graph from docs/results/scale-train-runs.json.
 Results accumulate in docs/results/inference-runs.json; docs/results/inference.md is re-rendered.
 
@@ -88,7 +90,24 @@ def measure(scale: int, partitions: int, work: Path, timeout: float) -> dict:
         "bytes_read": sum(x["bytes_read"] for x in w), "bytes_written": sum(x["bytes_written"] for x in w),
         "output_bytes": sum((out / f["file"]).stat().st_size for f in m["files"].values()),
         "tree_peak_rss_bytes": tree_peak, "files": m["files"]})
+    c = m.get("coordinator")
+    if c:  # the `grappa predict` process, and the memory cgroup the job ran in (locally the session's)
+        record.update({"coordinator_peak_rss_bytes": c["peak_rss_bytes"],
+                       "coordinator_cgroup_peak_bytes": c.get("cgroup_peak_bytes"),
+                       "coordinator_cgroup_working_set_peak_bytes": c.get("cgroup_working_set_peak_bytes"),
+                       "cgroup_path": (c.get("cgroup") or {}).get("path"),
+                       "worker_cgroup_peak_bytes": [x.get("cgroup_peak_bytes") for x in w]})
     return record
+
+
+def coordinator_cells(r: dict) -> str:
+    """The coordinator's peak RSS and the job's memory cgroup peak / working set, as two cells."""
+    if "coordinator_peak_rss_bytes" not in r:
+        return "not measured | not measured"
+    peak = r.get("coordinator_cgroup_peak_bytes")
+    working_set = r.get("coordinator_cgroup_working_set_peak_bytes") or 0
+    group = f"{peak / GIB:.2f} / {working_set / GIB:.2f} GiB" if peak else "no cgroup"
+    return f"{r['coordinator_peak_rss_bytes'] / GIB:.2f} GiB | {group}"
 
 
 def train_step(scale: int) -> dict | None:
@@ -120,13 +139,20 @@ def render(runs: dict) -> str:
              "worker kept most of a layer's row files mapped (`layer_pass.gather` now hands back each "
              "chunk's pages as soon as its rows are copied).",
              "",
+             "The coordinator is the `grappa predict` process that starts the workers and watches them (its "
+             "peak RSS); the memory cgroup columns are the peak usage and largest sampled working set (usage "
+             "less inactive file pages), page cache included, of the cgroup the job ran in: what a pod's limit "
+             "is enforced on, but locally the session's, shared by every worker and whatever else ran there, "
+             "its kernel peak since the session began (the manifest names its path). *not measured*: a run recorded before the manifest had them.",
+             "",
              "| graph | P | nodes | wall | nodes/s | max worker PSS | max worker anon | max worker RSS | "
+             "coordinator RSS | memory cgroup peak / working set | "
              "read | written | outputs | training step (max PSS) | measured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(runs, key=lambda k: (runs[k]["scale"], runs[k]["partitions"], bool(runs[k].get("design")))):
         r = runs[key]
         if "failed" in r:
-            lines.append(f"| RMAT-{r['scale']} | {r['partitions']} | | failed: {r['failed'][:120]} | | | | | | | | | {r['measured']} |")
+            lines.append(f"| RMAT-{r['scale']} | {r['partitions']} | | failed: {r['failed'][:120]} | | | | | | | | | | | {r['measured']} |")
             continue
         t = train_step(r["scale"])
         label = f"RMAT-{r['scale']}" + (f" *{r['design']}*" if r.get("design") else "")
@@ -135,6 +161,7 @@ def render(runs: dict) -> str:
             f"| {label} | {r['partitions']} | {r['num_nodes']:,} | {r['wall_seconds']:.0f} s | "
             f"{r['nodes_per_second']:,} | {max(r['worker_peak_pss_bytes']) / GIB:.2f} GiB | "
             f"{max(r['worker_peak_anon_bytes']) / GIB:.2f} GiB | {max(r['worker_peak_rss_bytes']) / GIB:.2f} GiB | "
+            f"{coordinator_cells(r)} | "
             f"{r['bytes_read'] / GIB:.2f} GiB | {r['bytes_written'] / GIB:.2f} GiB | {r['output_bytes'] / GIB:.2f} GiB | "
             f"{step} | {r['measured']}, {r['cpus']} CPUs |")
     target = [r for r in runs.values() if r["scale"] == 24 and r["partitions"] == 8 and "failed" not in r

@@ -53,22 +53,33 @@ def gib(value) -> str:
     return f"{value / GIB:.2f} GiB" if value else "n/a"
 
 
+def launcher_memory(r: dict) -> tuple[str, str]:
+    """The launcher's peak RSS, and the peak and largest working set of the memory cgroup the job
+    ran in (locally the session's: every rank, the launcher and anything else there)."""
+    if "launcher_peak_rss_bytes" not in r:
+        return "not measured", "not measured"
+    peak = r.get("launcher_cgroup_peak_bytes")
+    return gib(r["launcher_peak_rss_bytes"]), (f"{gib(peak)} / {gib(r.get('launcher_cgroup_working_set_peak_bytes'))}"
+                                               if peak else "no cgroup")
+
+
 def table(runs: dict) -> list[str]:
-    lines = ["| design | mode | arch | scale | worker peak RSS | worker peak PSS | job (sum of PSS) | job tree RSS | local edges / worker | B / local edge above floor, PSS / RSS | time | test acc |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| design | mode | arch | scale | worker peak RSS | worker peak PSS | job (sum of PSS) | job tree RSS | launcher peak RSS | memory cgroup peak / working set | local edges / worker | B / local edge above floor, PSS / RSS | time | test acc |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ok(runs):
         pss, edges, acc = r.get("worker_peak_pss_bytes"), r.get("worker_local_edges"), r.get("test_acc")
         b, b_rss = per_edge(runs, r), per_edge(runs, r, "worker_peak_rss_bytes")
         cells = [r["design"], r["mode"], r["arch"], str(r["scale"]), gib(max(r["worker_peak_rss_bytes"])),
                  gib(max(pss) if pss else None),
                  gib(sum(pss) + (r.get("aggregator_peak_pss_bytes") or 0) if pss else None),
-                 gib(r["tree_peak_rss_bytes"]), f"{max(edges):,}" if edges else "n/a",
+                 gib(r["tree_peak_rss_bytes"]), *launcher_memory(r),
+                 f"{max(edges):,}" if edges else "n/a",
                  f"{b:.0f} B / {b_rss:.0f} B" if b is not None else ("(floor)" if r["scale"] == FLOOR_SCALE else "n/a"),
                  step_time(r), f"{acc:.3f}" if acc is not None else "n/a"]
         lines.append("| " + " | ".join(cells) + " |")
     for r in (r for r in runs.values() if "failed" in r):
         why = r["failed"].strip().splitlines()[-1][:120]
-        lines.append(f"| {r['design']} | {r['mode']} | {r['arch']} | {r['scale']} | failed: {why} |||||||||")
+        lines.append(f"| {r['design']} | {r['mode']} | {r['arch']} | {r['scale']} | failed: {why} |||||||||||")
     return lines
 
 
@@ -167,6 +178,12 @@ def training_section(runs: dict, results: Path) -> list[str]:
         "evaluate exactly. *Worker peak RSS/PSS*: the largest over the 8 workers (the report's memory "
         "section; PSS counts the memory-mapped store and the shared libraries once per machine). *Job*: "
         "the sum of every rank's peak PSS, and the sampled peak RSS of the launcher's whole process tree. "
+        "*Launcher peak RSS*: the `grappa train` process itself (the store's prepare runs in it). *Memory cgroup*: "
+        "the peak usage and the largest sampled working set (usage less inactive file pages) of the cgroup "
+        "the job ran in, page cache included: what a pod's limit is enforced on, but here the session's "
+        "cgroup, shared by every rank and whatever else ran there, its kernel peak since the session began "
+        "(report.json names its path); "
+        "*not measured* in runs recorded before the report had them. "
         "*B / local edge above floor*: (worker peak PSS - the same job's worker PSS on RMAT-10) / the "
         "worker's local edges, worst worker. *previous* is the design before this change (commit "
         "b557111), measured by the same harness on its own tree where it fits in memory.", "",

@@ -5,11 +5,12 @@ store prepared once per scale. Per worker it records peak RSS and peak PSS (the 
 section: PSS counts the memory-mapped store and shared libraries once per machine), the local
 graph's edges, and bytes per local edge above the runtime floor (the same job's PSS on RMAT-10,
 whose graph is negligible); for the job, the sum of PSS and the sampled peak RSS of the whole
-process tree. Mini-batch runs are time-boxed to 100 steps per epoch (training.maxStepsPerEpoch)
-and evaluate a 1% sample at the end; full-graph runs train 3 epochs and evaluate exactly.
-The previous design is the same harness on commit OLD_DESIGN's tree (git archive), on its own
-store. Results accumulate in docs/results/scale-train-runs.json; docs/results/scale.md is
-re-rendered after every run.
+process tree; the launcher's own peak RSS and the peaks of the memory cgroup the job ran in (the
+report's `launcher_*`: locally the session's cgroup, not the job's alone). Mini-batch runs are
+time-boxed to 100 steps per epoch (training.maxStepsPerEpoch) and evaluate a 1% sample at the
+end; full-graph runs train 3 epochs and evaluate exactly. The previous design is the same harness
+on commit OLD_DESIGN's tree (git archive), on its own store. Results accumulate in
+docs/results/scale-train-runs.json; docs/results/scale.md is re-rendered after every run.
 
     python bench/train_scale.py --scales 10,19,20,22,24 --archs sage,gcn --modes mini-batch
     python bench/train_scale.py --scales 10,19,20 --archs sage,gcn --modes full-graph
@@ -80,6 +81,11 @@ def summarise(out: dict, design: str) -> dict:
             "worker_local_edges": mem.get("worker_local_edges"),
             "aggregator_peak_rss_bytes": mem.get("aggregator_peak_rss_bytes"),
             "aggregator_peak_pss_bytes": mem.get("aggregator_peak_pss_bytes"),
+            # the launcher's own, and the memory cgroup every rank shares locally (a run before the
+            # report had them: absent, "not measured" in the table)
+            **{k: mem[k] for k in ("launcher_peak_rss_bytes", "launcher_cgroup_peak_bytes",
+                                   "launcher_cgroup_working_set_peak_bytes", "worker_cgroup_peak_bytes") if k in mem},
+            **({"cgroup_path": mem["launcher_cgroup"]["path"]} if mem.get("launcher_cgroup") else {}),
             "steps_per_epoch": last.get("steps"),
             "train_seconds": train_seconds, "epoch_seconds": [h["epoch_seconds"] for h in hist],
             "test_acc": rep["result"].get("test_acc")}

@@ -108,3 +108,38 @@ def test_training_section_bytes_per_edge_above_the_floor_and_verdicts(tmp_path):
     assert "full-graph: ≤ 128 B per local edge above a floor ≤ 0.5 GiB: missed on PSS" in page
     assert "RMAT-19 full-graph at P = 8 within 1 GiB per worker: missed" in page
     assert (tmp_path / "scale-train.png").exists()
+
+
+def test_launcher_and_cgroup_columns_and_not_measured_before_them(tmp_path):
+    render = load("render_train_scale")
+    gib = 2 ** 30
+    new = {**train_run(19, "mini-batch", 1.0, 1.5, 2 ** 20), "launcher_peak_rss_bytes": gib // 2,
+           "launcher_cgroup_peak_bytes": 6 * gib, "launcher_cgroup_working_set_peak_bytes": 5 * gib}
+    runs = {"streaming/mini-batch/sage/rmat-10": train_run(10, "mini-batch", 0.25, 0.5, 1000),
+            "streaming/mini-batch/sage/rmat-19": new}
+    page = "\n".join(render.table(runs))
+    header = page.splitlines()[0].split(" | ")
+    old, measured = (line.split(" | ") for line in page.splitlines()[2:4])
+    at = header.index("launcher peak RSS")
+    assert len(old) == len(measured) == len(header)
+    assert old[at:at + 2] == ["not measured", "not measured"]
+    assert measured[at:at + 2] == ["0.50 GiB", "6.00 GiB / 5.00 GiB"]
+
+
+def test_inference_table_has_the_coordinator_and_cgroup_columns(tmp_path):
+    bench = load("inference")
+    gib = 2 ** 30
+    run = {"scale": 12, "partitions": 2, "num_nodes": 4096, "wall_seconds": 9.0, "nodes_per_second": 455,
+           "worker_peak_pss_bytes": [gib // 4] * 2, "worker_peak_anon_bytes": [gib // 8] * 2,
+           "worker_peak_rss_bytes": [gib // 2] * 2, "bytes_read": gib, "bytes_written": gib, "output_bytes": gib,
+           "measured": "2026-11-28", "cpus": 2}
+    runs = {"rmat-12/p2": run, "rmat-13/p2": {**run, "scale": 13, "coordinator_peak_rss_bytes": gib // 4,
+                                              "coordinator_cgroup_peak_bytes": 3 * gib,
+                                              "coordinator_cgroup_working_set_peak_bytes": 2 * gib}}
+    lines = [line for line in bench.render(runs).splitlines() if line.startswith("| ")]  # no |---|
+    header = lines[0].split(" | ")
+    at = header.index("coordinator RSS")
+    old, measured = (line.split(" | ") for line in lines[1:3])
+    assert len(old) == len(measured) == len(header)
+    assert old[at:at + 2] == ["not measured", "not measured"]
+    assert measured[at:at + 2] == ["0.25 GiB", "3.00 / 2.00 GiB"]

@@ -61,7 +61,8 @@ while True:
 print("bucket ready", flush=True)
 """
 
-# Every key in the bucket, as one line of JSON after KEYS (the predict pod's last word).
+# Every key in the bucket, as one line of JSON after KEYS (the predict pod's last word); before it,
+# after MEMORY, the memory cgroup figures of the run's report and of the predict's manifest.
 LIST_KEYS = """
 import json, os
 import boto3
@@ -70,6 +71,12 @@ s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"], region_name="us-eas
                   config=Config(s3={"addressing_style": "path"}))
 keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=os.environ["BUCKET"])
         for o in page.get("Contents", [])]
+def read(suffix):
+    key = next((k for k in keys if k.endswith(suffix)), None)
+    return json.loads(s3.get_object(Bucket=os.environ["BUCKET"], Key=key)["Body"].read()) if key else {}
+memory = {k: v for k, v in (read("/report.json").get("memory") or {}).items() if "cgroup" in k}
+memory["coordinator"] = read("predictions/manifest.json").get("coordinator")
+print("MEMORY " + json.dumps(memory), flush=True)
 print("KEYS " + json.dumps(keys), flush=True)
 """
 
@@ -222,5 +229,16 @@ def test_a_job_without_a_volume_trains_in_the_bucket_then_predicts_from_it(
     assert any(k.startswith("checkpoints/") for k in have), sorted(keys)
     assert PREFIX + "manifest.json" in keys, sorted(keys)  # the store, prepared into the bucket
     assert not [k for k in keys if not k.startswith(PREFIX)], sorted(keys)  # nothing else (the probe went)
+    # In a pod each rank's memory cgroup is its container's (what its limit is enforced on): the run's
+    # report has every rank's peaks, and the predict pod's manifest its coordinator's.
+    mem = json.loads(next(line for line in reversed(log.splitlines()) if line.startswith("MEMORY "))[7:])
+    for kind in ("cgroup_peak", "cgroup_working_set_peak"):
+        assert mem[f"worker_{kind}_bytes"] and all(v > 0 for v in mem[f"worker_{kind}_bytes"]), mem
+        assert mem[f"aggregator_{kind}_bytes"] > 0, mem
+    assert len(mem["worker_cgroup_cache_peak_bytes"]) == 2 and mem["aggregator_cgroup_cache_peak_bytes"] >= 0, mem
+    assert mem["cgroup"]["path"] is not None and mem["cgroup"]["version"] in (1, 2), mem
+    coordinator = mem["coordinator"]
+    assert coordinator["peak_rss_bytes"] > 0 and coordinator["cgroup_peak_bytes"] > 0, coordinator
+    assert coordinator["cgroup_working_set_peak_bytes"] > 0 and coordinator["cgroup"]["path"], coordinator
     print(f"\ns3 job: bucket {t_bucket - t0:.0f} s, job {t_job - t_bucket:.0f} s, "
           f"predict {t_predict - t_job:.0f} s")

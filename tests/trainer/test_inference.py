@@ -214,6 +214,10 @@ def test_predict_job_pods_coordinator_and_workers(store_cfg, tmp_path):
     np.testing.assert_array_equal(np.load(out / "predictions.npy"), ref[-1].argmax(1).numpy())
     np.testing.assert_allclose(np.load(out / "embeddings.npy"), ref[0].numpy(), rtol=1e-4, atol=1e-5)
     assert json.loads((out / "evaluation.json").read_text())["test"]["nodes"] > 0
+    # the coordinator pod's own memory beside the workers' (in a pod its cgroup is the container's)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["coordinator"]["peak_rss_bytes"] > 0 and "cgroup_peak_bytes" in manifest["coordinator"]
+    assert all("cgroup_working_set_peak_bytes" in w for w in manifest["per_worker"])
     # a bad model file fails the coordinator with the configuration exit code (the job Fails)
     torch.save({"w": torch.zeros(1)}, tmp_path / "old.pt")
     bad = {**env, "GRAPPA_PREDICT": json.dumps({"model": str(tmp_path / "old.pt"), "out": "p2"}), "RANK": "0"}

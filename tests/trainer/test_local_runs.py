@@ -15,6 +15,7 @@ from grappa.models.params import num_buffer_values, num_params
 from grappa.runtime.exchange import SCALARS
 from grappa.runtime.local_job import LocalJob
 from grappa.runtime.transport import ring_allreduce_bytes
+from grappa.util.cgroup_memory import CGROUP_PEAKS, find_memory_cgroup
 from small_jobs import csbm_job
 from waiting import load_factor, wait_until
 
@@ -55,6 +56,20 @@ def test_training_bytes_are_exactly_the_gradient_only_floor(tmp_path, mode):
         assert edges > 0 and per_edge == pytest.approx(pss / edges)
     assert 0 < mem["aggregator_peak_pss_bytes"] <= mem["aggregator_peak_rss_bytes"]
     assert mem["job_peak_pss_bytes"] == sum(mem["worker_peak_pss_bytes"]) + mem["aggregator_peak_pss_bytes"]
+    # The launcher's own (here: this test's process), added to the report the aggregator wrote.
+    assert 0 < mem["launcher_peak_pss_bytes"] <= mem["launcher_peak_rss_bytes"]
+    # Memory cgroups: locally every rank is in the launcher's, the session's (a pod's own in a pod).
+    here = find_memory_cgroup()
+    assert all("worker_cgroup_peak_bytes" in x and "aggregator_cgroup_peak_bytes" in x for x in epochs)
+    if here is None:
+        assert mem["cgroup"]["path"] is None and set(mem["worker_cgroup_peak_bytes"]) == {0}
+        return
+    assert mem["cgroup"]["path"] == mem["launcher_cgroup"]["path"] == here.path
+    ranks_peaks = list(zip(*(mem[f"worker_{k}_bytes"] for k in CGROUP_PEAKS)))
+    ranks_peaks.append(tuple(mem[f"aggregator_{k}_bytes"] for k in CGROUP_PEAKS))
+    for peak, working_set, cache in ranks_peaks:  # three torch processes at least, all charged here
+        assert peak >= working_set > 50 * 2**20 and 0 <= cache <= peak
+    assert mem["launcher_cgroup_peak_bytes"] >= max(p for p, _, _ in ranks_peaks) * 0.5
 
 
 def test_resume_continues_at_the_saved_epoch_and_replays_exactly(tmp_path):

@@ -3,12 +3,16 @@ import json
 import socket
 import urllib.request
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from grappa.app.metrics import TrainerMetrics, metrics_port_for
 from grappa.app.report import write_report
 from grappa.runtime.job_progress import Progress
 from grappa.runtime.kube_status import JobStatus
 from grappa.runtime.transport import ByteCounter
 from grappa.strategies.grappa.rounds import RoundDecision
+from grappa.util.cgroup_memory import CgroupPeaks
 
 
 def free_port() -> int:
@@ -71,6 +75,40 @@ def test_report_and_plot(tmp_path):
     rep = json.loads(path.read_text())
     assert rep["rounds"] == [0, 1, 2] and rep["train_bytes_total"] == 70
     assert (tmp_path / "training.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_memory_cgroup_peaks_per_rank_in_the_report_and_gauges(tmp_path):
+    """The largest of each rank's cgroup peaks over the epochs (a run resumed in a new pod starts
+    its peaks again), the aggregator's, and which cgroup that is; the gauge, one series per kind."""
+    mib = 2 ** 20
+    hist = [{"epoch": e, "round": 0, "loss": 1.0, "worker_peak_rss_bytes": [100 * mib, 90 * mib],
+             "worker_peak_pss_bytes": [60 * mib, 50 * mib], "worker_local_edges": [10, 10],
+             "worker_cgroup_peak_bytes": [e * 300 * mib, 200 * mib],
+             "worker_cgroup_working_set_peak_bytes": [e * 250 * mib, 150 * mib],
+             "worker_cgroup_cache_peak_bytes": [e * 40 * mib, 30 * mib],
+             "aggregator_cgroup_peak_bytes": 400 * mib, "aggregator_cgroup_working_set_peak_bytes": 350 * mib,
+             "aggregator_cgroup_cache_peak_bytes": 20 * mib} for e in (2, 1)]
+    group = {"path": "/user.slice/session-4.scope", "version": 1, "limit_bytes": None}
+    path = write_report(tmp_path, {"title": None}, hist, {"test_acc": 0.4}, cgroup=group)
+    mem = json.loads(path.read_text())["memory"]
+    assert mem["worker_cgroup_peak_bytes"] == [600 * mib, 200 * mib]
+    assert mem["worker_cgroup_working_set_peak_bytes"] == [500 * mib, 150 * mib]
+    assert mem["worker_cgroup_cache_peak_bytes"] == [80 * mib, 30 * mib]
+    assert mem["aggregator_cgroup_peak_bytes"] == 400 * mib
+    assert {k: mem["cgroup"][k] for k in group} == group and "session" in mem["cgroup"]["what"]
+
+    class Peaks:
+        peak_rss, peak_pss = 100 * mib, 60 * mib
+        cgroup = CgroupPeaks(None, find=False)
+    Peaks.cgroup.usage, Peaks.cgroup.working_set, Peaks.cgroup.cache = 3 * mib, 2 * mib, mib
+    m = TrainerMetrics(rank=1, job="demo")
+    m.observe_memory(Peaks)
+    samples = {(x.name, x.labels.get("kind")): x.value
+               for family in text_string_to_metric_families(generate_latest(m.registry).decode())
+               for x in family.samples}
+    assert samples[("grappa_trainer_peak_pss_bytes", None)] == 60 * mib
+    for kind, value in (("peak", 3), ("working_set_peak", 2), ("cache_peak", 1)):
+        assert samples[("grappa_trainer_cgroup_memory_bytes", kind)] == value * mib
 
 
 class FakeApi:

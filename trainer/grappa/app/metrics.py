@@ -43,6 +43,11 @@ class TrainerMetrics:
         self.peak_rss = gauge("peak_rss_bytes", "Peak resident memory of this rank (VmHWM).")
         self.peak_pss = gauge("peak_pss_bytes", "Peak proportional memory of this rank: shared pages "
                               "(memory-mapped store, libraries) divided among the processes mapping them.")
+        self._cgroup = Gauge(
+            "grappa_trainer_cgroup_memory_bytes", "This rank's memory cgroup, page cache included (in a pod the "
+            "container's, what its memory limit is enforced on; outside a container the session's), by kind: "
+            "peak (usage), working_set_peak (usage less inactive file pages, kubelet's figure), cache_peak.",
+            list(labels) + ["kind"], registry=self.registry)
         self.step_seconds = Histogram(
             "grappa_trainer_step_seconds", "Wall time of one training step.", list(labels),
             buckets=STEP_BUCKETS, registry=self.registry).labels(**labels)
@@ -87,6 +92,14 @@ class TrainerMetrics:
                 if delta > 0:
                     self._bytes[direction].labels(**self._labels, kind=kind).inc(delta)
                     self._published[(direction, kind)] = total
+
+    def observe_memory(self, memory) -> None:
+        """A PeakMemory's figures (util/process_memory.py): peak RSS, PSS and the cgroup's peaks."""
+        self.peak_rss.set(memory.peak_rss)
+        self.peak_pss.set(memory.peak_pss)
+        c = memory.cgroup
+        for kind, value in (("peak", c.usage), ("working_set_peak", c.working_set), ("cache_peak", c.cache)):
+            self._cgroup.labels(**self._labels, kind=kind).set(value)
 
     def observe_store_reads(self, round_serial: int, reads: dict[str, int]) -> None:
         """`reads`: LocalGraph.store_reads() of the round `round_serial` (FeatureRows.serial);

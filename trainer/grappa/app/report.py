@@ -7,12 +7,15 @@ from typing import Optional
 
 import matplotlib
 
+from grappa.util.cgroup_memory import CGROUP_PEAKS
+
 matplotlib.use("Agg")  # headless: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 
 def write_report(run_dir: str | Path, config: dict, history: list[dict], result: dict,
-                 extra: Optional[dict] = None) -> Path:
+                 extra: Optional[dict] = None, cgroup: Optional[dict] = None) -> Path:
+    """`cgroup`: the writer's memory cgroup (CgroupPeaks.describe()), named beside its figures."""
     run_dir = Path(run_dir)
     evals = [h for h in history if h.get("val_acc") is not None or h.get("val_mrr") is not None]
     extra = {"evaluation": describe_evaluation(config), "resumed_at": resumes(run_dir), **(extra or {})}
@@ -27,7 +30,7 @@ def write_report(run_dir: str | Path, config: dict, history: list[dict], result:
         # worker-to-worker rows (strategy full): each byte is counted once, at its sender
         "fetch_bytes_total": sum(sum(h.get("worker_fetch_bytes", [])) for h in history) // 2,
         "final": evals[-1] if evals else None,
-        "memory": memory_summary(history),
+        "memory": memory_summary(history, cgroup),
         "store_reads": store_reads_summary(history, extra["resumed_at"],
                                            fetched=(config.get("storage") or {}).get("fetch", "direct") != "direct"),
         "history": history,
@@ -69,9 +72,18 @@ def resumes(run_dir: Path) -> list[int]:
     return out
 
 
-def memory_summary(history: list[dict]) -> Optional[dict]:
+CGROUP_WHAT = ("each rank's memory cgroup (page cache included; 0: none readable): the peak of its usage, "
+               "the largest working set (usage less inactive file pages: what kubelet evicts on and "
+               "`kubectl top` shows) and page cache sampled; in a pod the container's cgroup, what its "
+               "memory limit is enforced on; outside a container the cgroup of the whole session "
+               "(`cgroup.path`), shared by every rank and whatever else runs there, and its kernel peak "
+               "spans the cgroup's life: the container's in a pod, locally earlier jobs of the session too")
+
+
+def memory_summary(history: list[dict], cgroup: Optional[dict] = None) -> Optional[dict]:
     """Per worker: peak RSS and PSS over the run, the local graph of the last epoch, and bytes
-    of memory per local edge (PSS counts the memory-mapped store and libraries once per machine)."""
+    of memory per local edge (PSS counts the memory-mapped store and libraries once per machine);
+    per rank, its memory cgroup's peaks (CGROUP_WHAT), and which cgroup the aggregator's is."""
     recs = [h for h in history if h.get("worker_peak_rss_bytes")]
     if not recs:
         return None
@@ -87,6 +99,10 @@ def memory_summary(history: list[dict]) -> Optional[dict]:
         "aggregator_peak_rss_bytes": last.get("aggregator_peak_rss_bytes"),
         "aggregator_peak_pss_bytes": last.get("aggregator_peak_pss_bytes"),
         "job_peak_pss_bytes": sum(pss) + (last.get("aggregator_peak_pss_bytes") or 0),
+        **{f"worker_{k}_bytes": [max(r.get(f"worker_{k}_bytes", [0] * len(rss))[i] for r in recs)
+                                 for i in range(len(rss))] for k in CGROUP_PEAKS},
+        **{f"aggregator_{k}_bytes": max(r.get(f"aggregator_{k}_bytes") or 0 for r in recs) for k in CGROUP_PEAKS},
+        "cgroup": {"what": CGROUP_WHAT, **(cgroup or {"path": None})},
     }
 
 

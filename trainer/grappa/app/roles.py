@@ -70,7 +70,8 @@ def run_aggregator(cfg: TrainConfig) -> dict:
             tell_group_cannot_run(link, err)
             raise
         write_report(cfg.run_dir, json.loads(cfg.model_dump_json(by_alias=True)), agg.history, result,
-                     extra={"parameters": agg.n_params, "workers": cfg.partitions, "command": "train"})
+                     extra={"parameters": agg.n_params, "workers": cfg.partitions, "command": "train"},
+                     cgroup=agg.memory.cgroup.describe())
         agg.upload_results()
         return result
     finally:

@@ -273,10 +273,24 @@ def run_inference(command: str, cfg, args: argparse.Namespace) -> int:
     return 0
 
 
+def coordinator_memory(m: dict) -> str:
+    """This process's peak RSS, and its memory cgroup's peak (outside a container: the session's,
+    named, since the workers' and anything else there count in it too)."""
+    c = m.get("coordinator")
+    if not c:
+        return ""
+    text = f", this process {c['peak_rss_bytes'] / 2**20:.0f} MiB RSS"
+    group = c.get("cgroup")
+    if group and c.get("cgroup_peak_bytes"):
+        text += (f"; memory cgroup {group['path']}: peak {c['cgroup_peak_bytes'] / 2**20:.0f} MiB with page "
+                 f"cache, working set {c['cgroup_working_set_peak_bytes'] / 2**20:.0f} MiB")
+    return text
+
+
 def print_summary(m: dict, out) -> None:
     peak = max((w.get("peak_pss_bytes") or 0) for w in m["per_worker"])
     print(f"{m['num_nodes']:,} nodes in {m['seconds']:.1f} s ({m['nodes_per_second']:,.0f} nodes/s) with "
-          f"{m['workers']} workers, peak PSS per worker {peak / 2**20:.0f} MiB")
+          f"{m['workers']} workers, peak PSS per worker {peak / 2**20:.0f} MiB{coordinator_memory(m)}")
     for name, f in m["files"].items():
         shape = f"{f['dtype']} {f['shape']}" if "dtype" in f else f"Parquet, {f['rows']:,} rows, columns {', '.join(f['columns'])}"
         print(f"  {out}/{f['file']}: {shape} ({f['holds']})")

@@ -5,6 +5,7 @@ volume). A failed worker stops the others and names its rank and log; a rerun re
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,9 +22,14 @@ from grappa.inference.predict_worker import LAUNCHED, MANIFEST
 from grappa.inference.status import read_status, status_file
 from grappa.runtime.local_job import LaunchError, tail
 from grappa.runtime.zygote import FORK_ENV, Zygote, die_with, forking_enabled, signal_group
+from grappa.util.cgroup_memory import CGROUP_PEAKS
+from grappa.util.files import atomic_write
+from grappa.util.process_memory import PeakMemory
 
 # What a predict worker imports, loaded once by the zygote that forks them (runtime/zygote.py)
 WORKER_MODULES = ["torch", "grappa.inference.predict_worker"]
+# The coordinator's own PSS and cgroup, read while it watches (a small process: a reading is cheap)
+COORDINATOR_SAMPLE_S = 2.0
 
 
 def _earlier(job: PredictJob) -> Optional[PredictJob]:
@@ -71,6 +77,7 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
     threads = threads or max(1, (os.cpu_count() or 1) // job.workers)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GRAPPA_THREADS": str(threads)}
     procs, zygote = [], None
+    memory = PeakMemory()  # this coordinator's own, sampled while it watches
     try:
         if forking_enabled():
             # a user's model was loaded here already (its code checked): PyG, if it uses it, too
@@ -88,7 +95,7 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
                 procs.append(subprocess.Popen(
                     [sys.executable, *argv], env=env, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, preexec_fn=die_with(os.getpid())))
-        _watch(job, procs, logs, num_nodes, layers, progress, done)
+        _watch(job, procs, logs, num_nodes, layers, progress, done, memory)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -99,7 +106,20 @@ def run_local(job: PredictJob, num_nodes: int, layers: int, progress: bool = Tru
     manifest = Path(job.out) / MANIFEST
     if not manifest.exists():
         raise LaunchError(f"every worker exited 0 but {manifest} was not written")
+    add_coordinator_memory(manifest, memory)
     return manifest
+
+
+def add_coordinator_memory(manifest: Path, memory: PeakMemory) -> None:
+    """This process's memory beside the workers' in the manifest (rank 0 wrote the rest): peak
+    RSS (the model and graph checks of `grappa predict` ran here too), PSS, and its memory cgroup,
+    which outside a container is the one every worker shares too."""
+    memory.sample()
+    m = json.loads(manifest.read_text())
+    m["coordinator"] = {"peak_rss_bytes": memory.peak_rss, "peak_pss_bytes": memory.peak_pss,
+                        **{f"{k}_bytes": v for k, v in zip(CGROUP_PEAKS, memory.cgroup.values())},
+                        "cgroup": memory.cgroup.describe()}
+    atomic_write(manifest, json.dumps(m, indent=1).encode())
 
 
 def rows_on_disk(job: PredictJob) -> int:
@@ -110,7 +130,7 @@ def rows_on_disk(job: PredictJob) -> int:
 
 
 def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, progress: bool,
-           resumed_rows: int = 0) -> None:
+           resumed_rows: int = 0, memory: Optional[PeakMemory] = None) -> None:
     bar = None
     if progress:
         from grappa.util.progress_bar import progress_bar  # on a terminal tqdm, in a log lines
@@ -121,6 +141,8 @@ def _watch(job: PredictJob, procs, logs: Path, num_nodes: int, layers: int, prog
     done_before, started = resumed_rows, time.monotonic()
     try:
         while True:
+            if memory is not None:
+                memory.sample_every(COORDINATOR_SAMPLE_S)
             codes = [p.poll() for p in procs]
             failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:

@@ -57,15 +57,19 @@ def job_from_env() -> PredictJob:
 
 
 def coordinate(job: PredictJob) -> dict:
-    from grappa.inference.local_predict import prepare_scratch
+    from grappa.inference.local_predict import COORDINATOR_SAMPLE_S, add_coordinator_memory, prepare_scratch
+    from grappa.util.process_memory import PeakMemory
     out = Path(job.out)
     manifest = out / MANIFEST
     if not manifest.exists():  # else: published by an earlier attempt
+        memory = PeakMemory(interval=COORDINATOR_SAMPLE_S)
         out.mkdir(parents=True, exist_ok=True)
         prepare_scratch(job, clear_status=False)  # workers may be running already: keep theirs
         (job.scratch / LAUNCHED).write_text(repr(time.time()))
         log.info("predict job written to %s; waiting for %d workers", job.path, job.workers)
         wait_until(manifest.exists, "the workers to publish the outputs", say_every=300)
+        memory.stop()
+        add_coordinator_memory(manifest, memory)  # this pod's: its cgroup is the container's
     m = json.loads(manifest.read_text())
     log.info("published %s: %d nodes in %.1f s", out, m["num_nodes"], m["seconds"])
     if os.environ.get("GRAPPA_JOB_NAME"):

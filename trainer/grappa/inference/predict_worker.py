@@ -30,6 +30,7 @@ from grappa.inference.outputs import assemble, id_range, output_specs
 from grappa.inference.status import Status, read_status
 from grappa.models.layerwise import StoreGraph, write_chunk
 from grappa.models.model_file import load_model
+from grappa.util.cgroup_memory import CGROUP_PEAKS
 from grappa.util.files import atomic_write
 
 log = logging.getLogger("grappa.predict")
@@ -168,7 +169,8 @@ def publish(job: PredictJob, loaded, store: ChunkStore, specs) -> dict:
                     "training_graph": training_graph},
         "workers": job.workers, "seconds": time.time() - launched, "pass_seconds": time.time() - started,
         "per_worker": [{k: w.get(k) for k in ("peak_rss_bytes", "peak_pss_bytes", "peak_anon_bytes", "bytes_read",
-                                              "bytes_written", "seconds", "skipped_layers")} for w in workers],
+                                              "bytes_written", "seconds", "skipped_layers",
+                                              *(f"{c}_bytes" for c in CGROUP_PEAKS))} for w in workers],
     }
     manifest["nodes_per_second"] = n / max(manifest["seconds"], 1e-9)  # start-up included
     if job.evaluate:

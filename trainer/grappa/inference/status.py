@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+from grappa.util.cgroup_memory import CGROUP_PEAKS
 from grappa.util.process_memory import PeakMemory
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -62,6 +63,7 @@ class Status:
             self.memory.sample()
             self.state.update(peak_rss_bytes=self.memory.peak_rss, peak_pss_bytes=self.memory.peak_pss,
                               peak_anon_bytes=self.peak_anon,
+                              **{f"{k}_bytes": v for k, v in zip(CGROUP_PEAKS, self.memory.cgroup.values())},
                               seconds=time.time() - self.state["started_at"])
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(self.state))

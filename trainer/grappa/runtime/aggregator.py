@@ -182,8 +182,12 @@ class Aggregator:
                 # included): structure, owned and halo feature rows, every read and distinct
                 "worker_store_read_bytes": {k: [int(r[9 + i]) for r in reports]
                                             for i, k in enumerate(proto.STORE_READS)},
+                # per worker, its memory cgroup's peaks (a pod's: what its limit is enforced on)
+                **{f"worker_{k}_bytes": [int(r[proto.CGROUP_AT + i]) for r in reports]
+                   for i, k in enumerate(proto.CGROUP_PEAKS)},
                 "aggregator_peak_rss_bytes": self.memory.peak_rss,
-                "aggregator_peak_pss_bytes": self.memory.peak_pss}
+                "aggregator_peak_pss_bytes": self.memory.peak_pss,
+                **{f"aggregator_{k}_bytes": v for k, v in zip(proto.CGROUP_PEAKS, self.memory.cgroup.values())}}
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -409,6 +413,7 @@ class Aggregator:
                     gauge.set(rec[key])
             m.best_val.set(max(self.best["val"], 0.0))
             m.observe_bytes(self.link.bytes)
+            m.observe_memory(self.memory)
 
     def finish(self) -> dict:
         if self.best["state"] is not None:

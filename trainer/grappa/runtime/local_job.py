@@ -22,11 +22,16 @@ from grappa.config import TrainConfig, dump_config
 from grappa.runtime import startup
 from grappa.runtime.stop import EXIT_STOPPED, Stopped
 from grappa.runtime.zygote import FORK_ENV, Zygote, die_with, forking_enabled, signal_group
+from grappa.util.cgroup_memory import CGROUP_PEAKS
+from grappa.util.files import atomic_write
+from grappa.util.process_memory import PeakMemory
 
 # How long stopped processes get before SIGKILL: the aggregator needs stop.SAFE_POINT_WAIT_S plus
 # one checkpoint write at most; this leaves room for a slow disk.
 STOP_GRACE_S = 30.0
 PIDS = "pids.json"  # rank -> pid while the processes run
+# The launcher's own PSS and cgroup, read while it watches (a small process: a reading is cheap)
+SAMPLE_S = 2.0
 # What every rank imports, loaded once by the zygote that forks them (zygote.py); torch._dynamo
 # is imported when a rank builds its optimizer: seconds of CPU each.
 RANK_MODULES = ["torch", "torch._dynamo", "torch.distributed", "torch.utils.serialization", "grappa.app.cli",
@@ -118,6 +123,7 @@ class LocalJob:
         self.log_dir = self.run_dir / "logs"
         self.procs: list = []  # subprocess.Popen, or zygote.Forked: the same calls
         self.zygote: Optional[Zygote] = None
+        self.memory = PeakMemory()
 
     def spawn(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -210,6 +216,7 @@ class LocalJob:
             bar = progress_bar(self.cfg.training.epochs, "epochs", "ep", dynamic_ncols=True)
         try:
             while True:
+                self.memory.sample_every(SAMPLE_S)
                 self.show_phases(phases)
                 offset = self._advance(metrics, offset, bar)
                 # Workers first: one that failed because the aggregator left is then always seen
@@ -293,4 +300,19 @@ class LocalJob:
         report = self.run_dir / "report.json"
         if not report.exists():
             raise LaunchError(f"all processes exited 0 but {report} was not written")
-        return json.loads(report.read_text())
+        return self.add_own_memory(report)
+
+    def add_own_memory(self, path: Path) -> dict:
+        """The launcher's memory beside the ranks' in report.json's `memory` (the aggregator wrote
+        the rest): its peak RSS (with `grappa train`, the chunk store's prepare ran in it too), PSS
+        and memory cgroup, which outside a container is the one every rank shares too."""
+        report = json.loads(path.read_text())
+        self.memory.sample()
+        m = self.memory
+        mem = report.get("memory") or {}
+        mem.update({"launcher_peak_rss_bytes": m.peak_rss, "launcher_peak_pss_bytes": m.peak_pss,
+                    **{f"launcher_{k}_bytes": v for k, v in zip(CGROUP_PEAKS, m.cgroup.values())},
+                    "launcher_cgroup": m.cgroup.describe()})
+        report["memory"] = mem
+        atomic_write(path, json.dumps(report, indent=2).encode())
+        return report

@@ -8,14 +8,16 @@ Replica (aggregator -> worker, after a start, a resume or a RETEXO stage): float
 float buffers, then the optimizer state as a variable-size uint8 message (replica.py); with a
 sharded optimizer (sharded.py), only the receiving rank's slice of it.
 Evaluation stats (worker -> aggregator), float64[9]: loss sum, correct, count for train/val/test.
-Epoch report (worker -> aggregator, after each epoch's steps), float64[17]: this epoch's train bytes
+Epoch report (worker -> aggregator, after each epoch's steps), float64[EPOCH_REPORT_LEN]: this epoch's train bytes
 sent, received, fetch bytes sent, received; peak RSS and peak PSS in bytes (memory.py); the
 round's local nodes and local edges (for bytes per local edge); the CRC-32 of its parameters
 (replica.check_replicas); then the bytes read from the chunk store in the round so far, in the
 order of STORE_READS (LocalGraph.store_reads: the build's checksum reads and structure, owned and halo
 feature rows, each every read and distinct; then a fetched round's FETCH_COUNTS: the store bytes
 fetched for it, of them ahead, the worker-local folder's bytes, of them the next round's, and the
-background fetch's peak buffers). With a sharded optimizer each report is followed by the
+background fetch's peak buffers); last, the worker's memory cgroup in the order of CGROUP_PEAKS
+(util/cgroup_memory.py: peak usage, peak working set, peak page cache; zeros without a cgroup).
+With a sharded optimizer each report is followed by the
 worker's optimizer slice (variable-size uint8), which the aggregator merges for its checkpoint.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from grappa.data.local_graph import FETCH_COUNTS
+from grappa.util.cgroup_memory import CGROUP_PEAKS
 
 CMD_ROUND, CMD_EPOCH, CMD_STOP = 1, 2, 3
 CMD_STAGE, CMD_STAGE_END = 4, 5  # RETEXO: set up stage (round field = stage), end it
@@ -31,7 +34,8 @@ ROUND_STATS_LEN = 6
 EVAL_STATS_LEN = 9
 STORE_READS = ("verify", "verify_distinct", "structure", "structure_distinct", "own_features", "own_features_distinct",
                "halo_features", "halo_features_distinct") + FETCH_COUNTS
-EPOCH_REPORT_LEN = 9 + len(STORE_READS)
+CGROUP_AT = 9 + len(STORE_READS)  # where they start in an epoch report
+EPOCH_REPORT_LEN = CGROUP_AT + len(CGROUP_PEAKS)
 SPLITS = ("train", "val", "test")
 
 

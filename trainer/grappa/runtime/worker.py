@@ -195,13 +195,12 @@ class Worker:
         local = [g.num_nodes, g.num_edges] if g is not None else [0, 0]
         reads = g.store_reads() if g is not None else dict.fromkeys(proto.STORE_READS, 0)
         report = delta + [self.memory.peak_rss, self.memory.peak_pss] + local + [checksum(self.model)] + \
-            [reads[k] for k in proto.STORE_READS]
+            [reads[k] for k in proto.STORE_READS] + self.memory.cgroup.values()
         self.link.send(torch.tensor(report, dtype=torch.float64), 0, "control")
         if self.sharded:  # the aggregator keeps the whole optimizer state for its checkpoint
             self.link.send_var(state_bytes(self.exchange.optimizer.state_dict()), 0, "control")
         if self.metrics is not None:
-            self.metrics.peak_rss.set(self.memory.peak_rss)
-            self.metrics.peak_pss.set(self.memory.peak_pss)
+            self.metrics.observe_memory(self.memory)
             if g is not None:
                 self.metrics.observe_store_reads(g.features.serial, reads)
 

@@ -4,7 +4,8 @@ in each, so the PSS of all ranks adds up to what the machine really holds).
 
 The kernel keeps a peak for RSS only, so PSS is sampled: at every `sample()` call, by
 `sample_every()` at most once per interval, and by an optional background thread. A reading walks
-every mapping (14-21 ms of CPU with torch and a chunk store mapped): keep it off hot paths.
+every mapping (14-21 ms of CPU with torch and a chunk store mapped): keep it off hot paths. Each
+sample also reads the process's memory cgroup (cgroup_memory.py: a pod's limit is enforced on it).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import ctypes.util
 import threading
 import time
 import weakref
+
+from grappa.util.cgroup_memory import CgroupPeaks
 
 
 def release_free_memory() -> bool:
@@ -52,10 +55,11 @@ def pss_bytes() -> int:
 
 
 class PeakMemory:
-    """Peak RSS and the largest PSS seen so far."""
+    """Peak RSS, the largest PSS seen so far, and the memory cgroup's peaks (`cgroup`)."""
 
     def __init__(self, interval: float = 0.0) -> None:
         self.peak_pss = 0
+        self.cgroup = CgroupPeaks()
         self._last = 0.0
         self._stop = threading.Event()
         if interval > 0:
@@ -67,6 +71,7 @@ class PeakMemory:
 
     def sample(self) -> None:
         self.peak_pss = max(self.peak_pss, pss_bytes())
+        self.cgroup.sample()
         self._last = time.monotonic()
 
     def sample_every(self, seconds: float) -> None:
