@@ -315,4 +315,7 @@ class LocalJob:
                     "launcher_cgroup": m.cgroup.describe()})
         report["memory"] = mem
         atomic_write(path, json.dumps(report, indent=2).encode())
+        if self.cfg.storage.run_home is not None:  # the bucket's copy is the run's record: the same bytes
+            from grappa.data.s3.run_home import RunHome
+            RunHome(self.cfg.storage.run_home).put(path, "report.json")
         return report
