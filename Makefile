@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/trainer:$(CURDIR)/operator
 export GRAPPA_DATA_ROOT ?= $(CURDIR)/.data
 
-.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-link bench-shard bench-peer peer-env loop-figures clean-data
+.PHONY: venv demo test test-unit crd manifests images bench-accuracy bench-network bench-strategies bench-scale bench-tables bench-inference bench-models bench-link bench-shard bench-peer bench-peer-store peer-env loop-figures clean-data
 
 venv: $(VENV)/.ready
 
@@ -140,6 +140,14 @@ bench-peer: venv peer-env
 	$(PY) bench/peer.py --datasets rmat --partitions 8 --presets 1gbit --layers 3 --repeats 1 --systems distdgl-random --epochs 3
 	$(PY) bench/peer.py --experiment accuracy --datasets rmat --partitions 4 --presets 1gbit --layers 2,3,4 --repeats 1 --systems grappa,distdgl --epochs 8
 	$(PY) bench/peer.py --experiment accuracy --datasets coauthor-physics --partitions 4 --presets 1gbit --layers 2,3,4 --repeats 1 --systems grappa,distdgl --epochs 30
+
+# docs/results/peer-store.md: the same comparison with rounds inside the measured window and Grappa's
+# chunk store on a storage machine (SeaweedFS's S3 gateway behind a shaped link; bench/peer_store.py):
+# rounds every 2 over 5 epochs (boundaries at epochs 2 and 4) and every 10 over 21. Needs root and
+# hack/seaweedfs.sh's weed (built by the first line if missing: Go and the module proxy). Each line resumes.
+bench-peer-store: venv peer-env
+	$(PY) bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets coauthor-physics,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
+	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
 
 clean-data:
 	rm -rf .data runs

@@ -184,3 +184,17 @@ def project(prof: StepProfile, machines: int, n_train: int, batch: int) -> tuple
     worker = {"cpu_seconds": steps * prof.worker_cpu * seeds, "sent_bytes": int(steps * prof.worker_sent),
               "received_bytes": int(steps * prof.worker_received)}
     return [agg] + [worker] * machines, steps
+
+
+def storage_round_seconds(per_worker_bytes: float, workers: int, rate_bytes_s: float) -> float:
+    """The storage machine's link at a round: one machine's link carries every worker's fetch of
+    the round's data (`per_worker_bytes` each), so it takes workers x bytes / rate. With prefetch
+    the fetch runs during the round before, and costs an epoch only what it takes beyond it
+    (`exposed_store_seconds`)."""
+    return workers * per_worker_bytes / rate_bytes_s
+
+
+def exposed_store_seconds(link_seconds: float, round_train_seconds: float, every: int) -> float:
+    """Per epoch, the storage link's time a prefetched round leaves uncovered by the round before's
+    training, spread over the round's `every` epochs."""
+    return max(0.0, link_seconds - round_train_seconds) / max(every, 1)

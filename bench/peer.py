@@ -16,10 +16,19 @@ docs/results/peer.md, its plots and the cluster-time projections (bench/cluster_
     python bench/peer.py --datasets rmat --partitions 4,8 --presets 1gbit --layers 3 --repeats 3
     python bench/peer.py --experiment accuracy --datasets rmat --layers 2,3,4 --epochs 10
     python bench/peer.py --smoke          # seconds: a tiny graph, P = 2, both systems
+
+With --store s3 (Grappa's chunk store on a storage machine behind a shaped link) or --rounds-every
+(rounds inside the measured window), the store experiment of bench/peer_store.py runs instead:
+its own runs file (docs/results/peer-store-runs.json) and page (docs/results/peer-store.md).
+
+    python bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets rmat --partitions 8 \
+        --presets 1gbit --layers 3 --systems grappa,distdgl --repeats 1
+    python bench/peer.py --store s3 --smoke
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -84,15 +93,19 @@ def wait_quiet(limit: float = QUIET_LOAD, wait_s: float = QUIET_WAIT_S, read=loa
 
 
 def grappa_config(dataset: str, strategy: str, partitions: int, layers: int, epochs: int,
-                  eval_every: int, work: Path, batch_size: int = 1000) -> TrainConfig:
+                  eval_every: int, work: Path, batch_size: int = 1000, rounds_every: Optional[int] = None,
+                  run_tag: str = "") -> TrainConfig:
+    """`rounds_every`: grappa.rounds.every (None: its default); `run_tag` makes the runDir the
+    run's own (the store experiment's runs each fetch into a fresh local folder)."""
     mini = strategy == "grappa"  # the full-communication mode trains full-graph only
-    return TrainConfig.model_validate({
+    rounds = {} if rounds_every is None else {"grappa": {"rounds": {"every": rounds_every}}}
+    return TrainConfig.model_validate({**rounds,
         "strategy": strategy, "partitions": partitions, "dataset": DATASETS[dataset],
         "model": {"arch": "sage", "layers": layers, "hidden": 128, "dropout": 0.5},
         "training": {"mode": "mini-batch" if mini else "full-graph", "batchSize": batch_size,
                      "epochs": epochs, "evalEvery": eval_every, "evalMode": "exact"},
         "checkpoint": {"interval": 0},
-        "runDir": str(work / f"run-{strategy}-{partitions}-{layers}"),
+        "runDir": str(work / f"run-{strategy}-{partitions}-{layers}{run_tag}"),
         "storeDir": str(work / f"store-{dataset}-{partitions}"),
     })
 
@@ -110,9 +123,20 @@ def steady(values: list[float], warmup: int = 1) -> float:
     return statistics.median(values[warmup:] or values)
 
 
-def per_epoch(probe: Probe, epochs: list[dict]) -> list[dict]:
+def round_seconds(epoch: dict) -> float:
+    """What a Grappa epoch spent before its steps: the round's set-up (the workers' fetch and
+    build of their local graphs) in an epoch that starts a round, next to nothing otherwise;
+    the aggregator's epoch time less its training and evaluation (DistDGL's epochs: 0)."""
+    if "epoch_seconds" not in epoch:
+        return 0.0
+    return max(0.0, epoch["epoch_seconds"] - epoch["train_seconds"] - epoch.get("eval_seconds", 0.0))
+
+
+def per_epoch(probe: Probe, epochs: list[dict], with_round: bool = False) -> list[dict]:
+    """Per epoch, the machines' counters over its steps; `with_round`: over its round's set-up too."""
     return [{"train_seconds": e["train_seconds"], "steps": e.get("steps"),
-             "machines": probe.window(e["started_at"], e["ended_at"])} for e in epochs]
+             "machines": probe.window(e["started_at"] - (round_seconds(e) if with_round else 0.0),
+                                      e["ended_at"])} for e in epochs]
 
 
 def summary(system: str, epochs: list[dict], curve: list[dict], extra: dict) -> dict:
@@ -129,6 +153,8 @@ class Peer:
         self.work = work
         self.data: dict[str, object] = {}
         self._python: Optional[str] = None
+        self.prepared: dict[str, float] = {}  # storeDir -> seconds its prepare took (not timed in a job)
+        self.last_job: dict = {}
 
     @property
     def python(self) -> str:
@@ -146,15 +172,33 @@ class Peer:
     def dgl_partitions(self, dataset: str, parts: int, method: str = "metis") -> str:
         out = self.work / f"dgl-{dataset}-{parts}-{method}"
         if not (out / "g.json").exists():
-            distdgl_job.partition(self.python, self.graph(dataset)[1], parts, method, out)
+            done = distdgl_job.partition(self.python, self.graph(dataset)[1], parts, method, out)
+            (out / "partition.json").write_text(json.dumps(done))
         return str(out / "g.json")
 
-    def run_grappa(self, cfg: TrainConfig, net: ThrottledNetwork) -> dict:
-        prepare_store(cfg, progress=False)
+    def partition_seconds(self, part_config: str) -> Optional[float]:
+        """DGL's partition_graph seconds for these partitions (DistDGL's prepare)."""
+        done = Path(part_config).parent / "partition.json"
+        return json.loads(done.read_text()).get("partition_seconds") if done.exists() else None
+
+    def prepare(self, cfg: TrainConfig) -> float:
+        """prepare_store, timed the first time a storeDir is prepared in this invocation."""
+        key = str(cfg.store_path)
+        if key not in self.prepared:
+            t0 = time.perf_counter()
+            prepare_store(cfg, progress=False)
+            self.prepared[key] = time.perf_counter() - t0
+        return self.prepared[key]
+
+    def run_grappa(self, cfg: TrainConfig, net: ThrottledNetwork, with_round: bool = False) -> dict:
+        """`with_round`: each epoch's counters include its round's set-up (the store experiment)."""
+        prepare_seconds = self.prepare(cfg) if cfg.storage.bucket_store is None else None
         with Probe(net) as probe:
+            t0 = time.time()
             report = LocalJob(cfg, progress=False, threads=1, placement=net).run()
         hist = report["history"]
-        epochs = per_epoch(probe, hist)
+        self.last_job = {"history": hist, "probe": probe}  # for callers that derive more (peer_store.py)
+        epochs = per_epoch(probe, hist, with_round)
         whole = probe.window(probe.times[0], probe.times[-1])
         for e, h in zip(epochs, hist):  # our exact counters, per worker, both directions
             e["ours_worker_bytes"] = [t + f for t, f in zip(h["worker_train_bytes"], h["worker_fetch_bytes"])]
@@ -176,7 +220,11 @@ class Peer:
                                                for h in hist),
             "test_acc": report["result"]["test_acc"],
             # per worker and round: bytes read from the chunk store (report.json's store_reads)
-            "store_reads": report.get("store_reads")})
+            "store_reads": report.get("store_reads"),
+            # the job's start: from the launcher's start to the first epoch's steps (processes,
+            # torch, the ring, round 0's fetch and build); prepare apart, before it and not timed
+            "setup": {"prepare_seconds": prepare_seconds,
+                      "job_start_seconds": hist[0]["started_at"] - t0 if hist else None}})
 
     def run_distdgl(self, dataset: str, cfg: TrainConfig, net: ThrottledNetwork, out: Path,
                     method: str = "metis") -> dict:
@@ -184,6 +232,7 @@ class Peer:
         model = distdgl_model(cfg, int(data.y.max()) + 1)
         part = self.dgl_partitions(dataset, cfg.partitions, method)
         with Probe(net) as probe:
+            t0 = time.time()
             records = distdgl_job.DistDGLJob(self.python, net, part, model).run(out)
         # the train nodes DGL's node_split handed the trainers: the exported split, all of it?
         split = sum(r["train_nodes"] for r in records)
@@ -201,7 +250,17 @@ class Peer:
                           "test_acc": a.get("test_acc")})
         return summary("distdgl" if method == "metis" else f"distdgl-{method}", epochs, curve, {
             "test_acc": best_val_test(curve), "job_machines": probe.window(probe.times[0], probe.times[-1]),
-            "dgl_train_nodes": split})
+            "dgl_train_nodes": split, "setup": distdgl_setup(records, t0, self.partition_seconds(part))})
+
+
+def distdgl_setup(records: list[dict], t0: float, partition_seconds: Optional[float]) -> dict:
+    """DistDGL's set-up beside Grappa's: partition_graph (its prepare, before the job, not timed
+    in it), the job's start to the first epoch's steps (servers load their partitions, trainers
+    connect), and the trainers' own wait for the DistGraph (the slowest's)."""
+    loads = [r["setup"]["load_seconds"] for r in records if r.get("setup")]
+    return {"partition_seconds": partition_seconds,
+            "job_start_seconds": min(r["epochs"][0]["started_at"] for r in records) - t0 if records else None,
+            "trainer_load_seconds": max(loads) if loads else None}
 
 
 def network(ranks: int, preset: str) -> ThrottledNetwork:
@@ -223,7 +282,7 @@ def run_one(peer: Peer, system: str, dataset: str, p: int, layers: int, preset: 
     if dgl:
         peer.dgl_partitions(dataset, p, "random" if system == "distdgl-random" else "metis")  # not timed
     else:
-        prepare_store(cfg, progress=False)
+        peer.prepare(cfg)
     load_before = load_now() if quiet is None else wait_quiet(quiet)
     t0 = time.perf_counter()
     with network(ranks, preset) as net:
@@ -262,10 +321,25 @@ def main() -> None:
     ap.add_argument("--quiet-load", type=float, default=QUIET_LOAD,
                     help="a run starts only when the 1-minute load average is at most this (waited for "
                          f"up to {QUIET_WAIT_S} s, else the cell is refused and tried again next time)")
+    ap.add_argument("--store", choices=["local", "s3"], default="local",
+                    help="where Grappa's chunk store is: local (the host's disk, as the peer.md cells) or s3 "
+                         "(SeaweedFS on a storage machine of its own behind a shaped link); with s3 or "
+                         "--rounds-every, the store experiment (bench/peer_store.py, peer-store.md)")
+    ap.add_argument("--rounds-every", type=int, default=None,
+                    help="grappa.rounds.every (default 10; the peer.md cells' 3 epochs hold no boundary)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through the namespaces' cleanup
+    if args.store != "local" or args.rounds_every is not None:
+        import peer_store
+        if args.smoke:
+            print(json.dumps(peer_store.smoke(args.store), indent=1)[:6000])
+            return
+        if not args.render_only:
+            preflight(args.systems.split(","), store=args.store)
+        print("wrote", peer_store.main(args, Path(args.out)))
+        return
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(smoke(Path(tmp)), indent=1)[:4000])
@@ -281,12 +355,18 @@ def main() -> None:
     print("wrote", render(runs, out, notes.read_text() if notes.exists() else ""))
 
 
-def preflight(systems: list[str]) -> None:
+def preflight(systems: list[str], store: str = "local") -> None:
     """Stops before the grid, with the fix, where every cell would fail the same way."""
     try:
         ThrottledNetwork(1, None).__enter__().close()
     except (NetnsUnavailable, FileNotFoundError) as err:
         sys.exit(f"bench/peer.py needs network namespaces (root, or CAP_NET_ADMIN and iproute2): {err}")
+    if store == "s3" and "grappa" in systems:
+        import storage_machine
+        try:
+            storage_machine.weed_server.weed_path()
+        except storage_machine.weed_server.WeedUnavailable as err:
+            sys.exit(f"{err}\nFix: hack/seaweedfs.sh (needs Go and the Go module proxy), or --store local")
     if any(s.startswith("distdgl") for s in systems):
         try:
             distdgl_job.peer_python()
@@ -294,27 +374,34 @@ def preflight(systems: list[str]) -> None:
             sys.exit(f"{err}\nFix: run `make peer-env` (needs PyPI), or leave distdgl out of --systems")
 
 
+def measure_grid(args, runs: dict, runs_path: Path, key_of, run, shown: tuple[str, ...]) -> None:
+    """Every job of the grid not measured yet (a refused one again), in the order of the nested
+    options, saved as it ends; a failure is recorded and the grid goes on. `key_of(dataset, p,
+    layers, system, preset, rep)` names a job, `run(system, dataset, p, layers, preset)` runs it."""
+    jobs = itertools.product(args.datasets.split(","), map(int, args.partitions.split(",")),
+                             args.presets.split(","), map(int, args.layers.split(",")), range(args.repeats),
+                             args.systems.split(","))
+    for dataset, p, preset, layers, rep, system in jobs:
+        key = key_of(dataset, p, layers, system, preset, rep)
+        if key in runs and not runs[key].get("refused"):
+            continue
+        try:
+            runs[key] = run(system, dataset, p, layers, preset)
+        except MachineBusy as err:
+            runs[key] = {"system": system, "error": str(err), "refused": True}
+        except Exception as err:  # noqa: BLE001 - recorded, the grid goes on
+            runs[key] = {"system": system, "error": str(err)[-2000:]}
+        runs[key]["epochs_run"] = args.epochs
+        save(runs, runs_path, key, shown)
+
+
 def measure(args, runs: dict, runs_path: Path, peer: Peer) -> None:
-    accuracy = args.experiment == "accuracy"
-    eval_every = 1 if accuracy else args.epochs
-    for dataset in args.datasets.split(","):
-        for p in map(int, args.partitions.split(",")):
-            for preset in args.presets.split(","):
-                for layers in map(int, args.layers.split(",")):
-                    for rep in range(args.repeats):
-                        for system in args.systems.split(","):
-                            key = f"{args.experiment}|{dataset}|{p}|{layers}|{system}|{preset}|{rep}"
-                            if key in runs and not runs[key].get("refused"):  # a refused cell is tried again
-                                continue
-                            try:
-                                runs[key] = run_one(peer, system, dataset, p, layers, preset, args.epochs,
-                                                    eval_every, quiet=args.quiet_load)
-                            except MachineBusy as err:
-                                runs[key] = {"system": system, "error": str(err), "refused": True}
-                            except Exception as err:  # noqa: BLE001 - recorded, the grid goes on
-                                runs[key] = {"system": system, "error": str(err)[-2000:]}
-                            runs[key]["epochs_run"] = args.epochs
-                            save(runs, runs_path, key, SHOWN)
+    eval_every = 1 if args.experiment == "accuracy" else args.epochs
+    measure_grid(args, runs, runs_path,
+                 lambda ds, p, layers, system, preset, rep:
+                     f"{args.experiment}|{ds}|{p}|{layers}|{system}|{preset}|{rep}",
+                 lambda system, ds, p, layers, preset: run_one(peer, system, ds, p, layers, preset, args.epochs,
+                                                               eval_every, quiet=args.quiet_load), SHOWN)
 
 
 if __name__ == "__main__":

@@ -84,16 +84,20 @@ def _counters() -> tuple[int, int]:
 
 
 def trainer(args) -> None:
+    t_start = time.time()
     import dgl
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(args.seed)
+    t_import = time.time()
+    # the servers load their partitions before they answer: this wait is the partitions' loading
     dgl.distributed.initialize(args.ip_config)
     torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank()
     g = dgl.distributed.DistGraph(args.graph_name, part_config=args.part_config)
     train_nid = dgl.distributed.node_split(g.ndata["train_mask"], g.get_partition_book(), force_even=True)
+    setup = {"import_seconds": t_import - t_start, "load_seconds": time.time() - t_import}
     sampler = dgl.dataloading.NeighborSampler([int(f) for f in args.fanouts.split(",")])
     loader = dgl.dataloading.DistNodeDataLoader(g, train_nid, sampler, batch_size=args.batch_size,
                                                 shuffle=True, drop_last=False)
@@ -127,7 +131,7 @@ def trainer(args) -> None:
                        "machine_sent_bytes": sent1 - sent0, "machine_received_bytes": recv1 - recv0})
         if rank == 0:  # saved outside the timed window, for evaluate()
             torch.save(model.module.state_dict(), out / f"epoch-{epoch}.pt")
-    (out / f"trainer-{rank}.json").write_text(json.dumps({"rank": rank, "epochs": epochs,
+    (out / f"trainer-{rank}.json").write_text(json.dumps({"rank": rank, "epochs": epochs, "setup": setup,
                                                          "train_nodes": int(len(train_nid))}))
     torch.distributed.barrier()
 

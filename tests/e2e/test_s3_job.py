@@ -29,10 +29,10 @@ BUCKET, PREFIX, SECRET, S3_PORT = "grappa-e2e", "csbm/", "seaweedfs", 8333
 RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
-# tests/s3_server.py's master settings: one volume a collection, no wait for veteran volume servers
+# hack/weed_server.py's master settings (MASTER_TOML): one volume a collection, no wait for veteran volume servers
 MASTER_TOML = '[master.volume_growth]\ncopy_1 = 1\nallocation_deferral = "0s"\n'
 
-# The bucket, once the gateway takes writes (some 8 s after weed starts: tests/s3_server.py _ready).
+# The bucket, once the gateway takes writes (some 8 s after weed starts: hack/weed_server.py ready).
 MAKE_BUCKET = """
 import os, time
 import boto3

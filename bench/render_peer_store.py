@@ -1,0 +1,286 @@
+"""docs/results/peer-store.md from docs/results/peer-store-runs.json (bench/peer_store.py): the
+peer benchmark with rounds inside the measured window and, with store s3, Grappa's chunk store on
+a storage machine behind a shaped link. Every figure is computed here from the runs; none is typed.
+
+Definitions, one for both systems:
+- an epoch's time: Grappa's, its steps plus its round's set-up (the workers' fetch and build, in an
+  epoch that starts a round), evaluation excluded; DistDGL's, its steps (it has no rounds);
+- an epoch starts a round when its index (from 0) is a positive multiple of grappa.rounds.every;
+- steady: the median (statistics.median) of the epochs after the first that start no round;
+  boundary: the median of those that start one; their ratio is the round boundary's cost;
+- epoch time with rounds included: the mean of every epoch after the first, boundaries included
+  (a mean, since over a run rounds cost what they cost on average); DistDGL ÷ Grappa is its ratio.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, also when loaded by path
+import cluster_model as cm  # noqa: E402
+from netns import PRESETS, rate_bytes_per_s  # noqa: E402
+from render_peer import MB, QUIET_LOAD, SHORT, busy, fmt, med, times  # noqa: E402
+
+BOUNDARY_TARGET = 1.5  # issue 37: a round boundary at most this many steady epochs
+RATIO_TARGETS = {"coauthor-physics": 3.0, "rmat": 4.0, "rmat-20": 4.0}  # issue 37, P = 8 at 1 Gbit/s
+PROJECT_P = 64
+
+
+def starts_round(epoch: int, every: int) -> bool:
+    """Whether epoch `epoch` (from 0) starts a round: a positive multiple of the period (0: never)."""
+    return every > 0 and epoch > 0 and epoch % every == 0
+
+
+def parse_key(key: str) -> dict:
+    exp, ds, p, layers, system, preset, store, every, epochs, rep = key.split("|")
+    return {"experiment": exp, "dataset": ds, "p": int(p), "layers": int(layers), "system": system,
+            "preset": preset, "store": store, "every": int(every[1:]), "epochs": int(epochs[1:]), "rep": int(rep)}
+
+
+def later(rec: dict) -> list[dict]:
+    """The epochs after the first (process and allocator warm-up, round 0's set-up)."""
+    return rec["epochs"][1:]
+
+
+def epoch_figures(rec: dict) -> dict:
+    """A job's epoch times by the module's definitions."""
+    after = later(rec)
+    steady = med(e["seconds"] for e in after if not e.get("boundary"))
+    boundary = med(e["seconds"] for e in after if e.get("boundary"))
+    return {"steady": steady, "boundary": boundary,
+            "boundary_ratio": boundary / steady if boundary is not None and steady else None,
+            "mean": statistics.mean(e["seconds"] for e in after) if after else None,
+            "boundaries": sum(1 for e in after if e.get("boundary"))}
+
+
+def round_bytes(rec: dict) -> dict:
+    """Store traffic per round: the storage machine's link over each round's epochs (kernel; with
+    prefetch a round's epochs carry the next round's fetch), and the workers' own count of what
+    each round fetched (report.json's store_reads)."""
+    link = defaultdict(int)
+    for e in rec["epochs"]:
+        if e.get("storage_bytes") is not None:
+            link[e["round"]] += e["storage_bytes"]
+    rounds = (rec.get("store_reads") or {}).get("rounds") or []
+    fetched = [sum(r["worker_bytes"].get("fetched", [])) for r in rounds]
+    ahead = [sum(r["worker_bytes"].get("fetched_ahead", [])) for r in rounds]
+    per_worker = [b for r in rounds for b in r["worker_bytes"].get("fetched", [])]
+    held = (rec.get("store_reads") or {}).get("peak_held_bytes") or {}
+    return {"link_per_round": [link[k] for k in sorted(link)],
+            "link_mean": statistics.mean(link.values()) if link else None,
+            "fetched_per_round": fetched, "fetched_mean": statistics.mean(fetched) if fetched else None,
+            "ahead_share": sum(ahead) / sum(fetched) if fetched and sum(fetched) else None,
+            "per_worker_mean": statistics.mean(per_worker) if per_worker else None,
+            "prefetch_memory_peak": max(held.get("prefetch_memory") or [0]) or None,
+            "local_disk_peak": max(held.get("local_disk") or [0]) or None}
+
+
+def usable(runs: dict) -> dict:
+    """(dataset, p, layers, preset, store, every, epochs) -> system -> the jobs that count."""
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for key, rec in runs.items():
+        k = parse_key(key)
+        if "error" in rec or busy(rec):
+            continue
+        cell = (k["dataset"], k["p"], k["layers"], k["preset"], k["store"], k["every"], k["epochs"])
+        out[cell][k["system"]].append(rec)
+    return out
+
+
+def cell_rows(runs: dict) -> list[dict]:
+    """One row a cell: each figure the median over its jobs."""
+    rows = []
+    for cell, systems in sorted(usable(runs).items()):
+        ds, p, layers, preset, store, every, epochs = cell
+        g, d = systems.get("grappa", []), systems.get("distdgl", [])
+        gf = [epoch_figures(r) for r in g]
+        df = [epoch_figures(r) for r in d]
+        rb = [round_bytes(r) for r in g]
+        row = {"dataset": ds, "p": p, "layers": layers, "preset": preset, "store": store, "every": every,
+               "epochs": epochs, "jobs": (len(g), len(d)), "grappa": g, "distdgl": d}
+        for name in ("steady", "boundary", "boundary_ratio", "mean"):
+            row[name] = med(f[name] for f in gf)
+        row["boundaries"] = med(f["boundaries"] for f in gf)
+        row["distdgl_mean"] = med(f["mean"] for f in df)
+        row["ratio"] = row["distdgl_mean"] / row["mean"] if row["mean"] and row["distdgl_mean"] else None
+        for name in ("link_mean", "fetched_mean", "per_worker_mean", "ahead_share", "prefetch_memory_peak",
+                     "local_disk_peak"):
+            row[name] = med(b[name] for b in rb)
+        row["worker_kernel"] = med(med(e["busiest_worker_kernel_bytes"] for e in later(r)) for r in g)
+        row["distdgl_kernel"] = med(med(e["busiest_worker_kernel_bytes"] for e in later(r)) for r in d)
+        for who, recs in (("grappa", g), ("distdgl", d)):
+            for name in ("prepare_seconds", "upload_seconds", "job_start_seconds", "partition_seconds",
+                         "trainer_load_seconds"):
+                row[f"{who}_{name}"] = med((r.get("setup") or {}).get(name) for r in recs)
+        row["after_storage"] = med((r.get("after_training") or {}).get("storage_bytes") for r in g)
+        rows.append(row)
+    return rows
+
+
+def storage_projection(row: dict, p_to: int = PROJECT_P) -> Optional[dict]:
+    """PROJECTION (cluster_model.storage_round): the storage link's seconds per round at p_to
+    workers, from the measured bytes each worker fetched per round, against the round's training
+    time at the measured P (every x steady epoch), which a prefetch can hide it behind."""
+    rate = PRESETS.get(row["preset"])
+    if row["per_worker_mean"] is None or rate is None or row["steady"] is None or row["store"] != "s3":
+        return None
+    seconds = cm.storage_round_seconds(row["per_worker_mean"], p_to, rate_bytes_per_s(rate))
+    train = row["every"] * row["steady"]
+    return {"p": p_to, "link_seconds": seconds, "round_train_seconds": train,
+            "exposed_per_epoch": cm.exposed_store_seconds(seconds, train, row["every"])}
+
+
+def mb(v) -> str:
+    return fmt(None if v is None else v / MB, ".1f")
+
+
+def label(row: dict) -> str:
+    return f"{SHORT.get(row['dataset'], row['dataset'])} P={row['p']} every {row['every']}"
+
+
+def target_cell(row: dict) -> str:
+    t = RATIO_TARGETS.get(row["dataset"])
+    if t is None or row["p"] != 8 or row["preset"] != "1gbit" or row["ratio"] is None:
+        return "–"
+    return f"≥ {t:.0f}x: " + ("met" if row["ratio"] >= t else "missed")
+
+
+def boundary_cell(row: dict) -> str:
+    if row["boundary_ratio"] is None:
+        return "–"
+    met = "met" if row["boundary_ratio"] <= BOUNDARY_TARGET else "missed"
+    return f"{row['boundary_ratio']:.2f} (≤ {BOUNDARY_TARGET:.1f}: {met})"
+
+
+def main_table(rows: list[dict]) -> list[str]:
+    md = ["| dataset | P | link | layers | store | rounds every | epochs | jobs (G/D) | Grappa steady s | "
+          "boundary s | boundary ÷ steady | Grappa mean s (rounds incl.) | DistDGL mean s | **DistDGL ÷ Grappa** | "
+          "target | busiest worker kernel MB/epoch (G/D) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {SHORT.get(r['dataset'], r['dataset'])} | {r['p']} | {r['preset']} | {r['layers']} | "
+                  f"{r['store']} | {r['every']} | {r['epochs']} | {r['jobs'][0]}/{r['jobs'][1]} | "
+                  f"{fmt(r['steady'])} | {fmt(r['boundary'])} | {boundary_cell(r)} | {fmt(r['mean'])} | "
+                  f"{fmt(r['distdgl_mean'])} | **{times(r['ratio'])}** | {target_cell(r)} | "
+                  f"{mb(r['worker_kernel'])} / {mb(r['distdgl_kernel'])} |")
+    return md
+
+
+def store_table(rows: list[dict]) -> list[str]:
+    md = ["| cell | storage link MB per round | workers' fetched MB per round (all) | per worker per round MB | "
+          "fetched ahead | peak prefetch buffers MB | peak local folder MB | storage link MB after training |",
+          "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["grappa"]:
+            continue
+        ahead = "–" if r["ahead_share"] is None else f"{100 * r['ahead_share']:.0f}%"
+        md.append(f"| {label(r)} ({r['store']}) | {mb(r['link_mean'])} | {mb(r['fetched_mean'])} | "
+                  f"{mb(r['per_worker_mean'])} | {ahead} | {mb(r['prefetch_memory_peak'])} | "
+                  f"{mb(r['local_disk_peak'])} | {mb(r['after_storage'])} |")
+    return md
+
+
+def setup_table(rows: list[dict]) -> list[str]:
+    md = ["| cell | Grappa prepare s | upload s | Grappa job start s | DGL partition s | DistDGL job start s | "
+          "DGL trainers' load s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {label(r)} ({r['store']}) | {fmt(r['grappa_prepare_seconds'])} | "
+                  f"{fmt(r['grappa_upload_seconds'])} | {fmt(r['grappa_job_start_seconds'])} | "
+                  f"{fmt(r['distdgl_partition_seconds'])} | {fmt(r['distdgl_job_start_seconds'])} | "
+                  f"{fmt(r['distdgl_trainer_load_seconds'])} |")
+    return md
+
+
+def epoch_tables(rows: list[dict]) -> list[str]:
+    md = []
+    for r in rows:
+        for system in ("grappa", "distdgl"):
+            for i, rec in enumerate(r[system]):
+                job = (rec.get("setup") or {}).get("load_before_job")
+                between = "" if job is None else f", before the job (after the upload) {fmt(job[0], '.2f')}"
+                md += ["", f"**{label(r)} ({r['store']}), {system}, job {i + 1}** (1-minute load before "
+                       f"{fmt(rec['load_before'][0], '.2f')}{between}, after {fmt(rec['load_after'][0], '.2f')})", "",
+                       "| epoch | round | starts a round | seconds | of them round set-up s | storage link MB | "
+                       "busiest worker kernel MB |", "|---|---|---|---|---|---|---|"]
+                for e in rec["epochs"]:
+                    md.append(f"| {e['epoch']} | {e.get('round', '–')} | {'yes' if e.get('boundary') else ''} | "
+                              f"{fmt(e['seconds'])} | {fmt(e.get('round_seconds'))} | {mb(e.get('storage_bytes'))} | "
+                              f"{mb(e['busiest_worker_kernel_bytes'])} |")
+    return md
+
+
+def projection_lines(rows: list[dict]) -> list[str]:
+    proj = [(r, storage_projection(r)) for r in rows]
+    proj = [(r, p) for r, p in proj if p]
+    if not proj:
+        return []
+    md = ["", f"## PROJECTION: the storage link at P = {PROJECT_P}", "",
+          "**A projection of `bench/cluster_model.py`, not a measurement**: the storage machine's one link "
+          "carries every worker's round fetch, so at P workers a round's store traffic takes P x (bytes a worker "
+          "fetched per round, as measured) ÷ rate, the per-worker bytes kept as measured (a worker's chunks "
+          "shrink with P, its halo does not). Beside it, the round's training time at the measured P, behind "
+          "which the prefetch can hide it; what it leaves uncovered, per epoch of the round, is the last "
+          f"column (at P = {PROJECT_P} a round's training is shorter than at the measured P: an optimistic cover).", "",
+          "| cell | storage link s per round (projected) | round's training s (measured P) | "
+          "uncovered s per epoch (projected) |", "|---|---|---|---|"]
+    for r, p in proj:
+        md.append(f"| {label(r)} | {fmt(p['link_seconds'])} | {fmt(p['round_train_seconds'])} | "
+                  f"{fmt(p['exposed_per_epoch'])} |")
+    return md
+
+
+def render(runs: dict, out: Path) -> Path:
+    rows = cell_rows(runs)
+    md = ["# Peer benchmark with the store on a link: Grappa vs DistDGL, rounds included", "",
+          "Generated by `bench/render_peer_store.py` from `peer-store-runs.json` (`bench/peer.py --store ...`, "
+          "`make bench-peer-store`). As in `peer.md`, every machine is a network namespace with tbf-shaped links "
+          "on this 2-core machine. With store `s3`, Grappa's chunk store is on a storage machine of its own "
+          "(SeaweedFS's S3 gateway in its namespace, behind the same shaped link), uploaded there before the job "
+          "from the aggregator's namespace, and the workers fetch each round's data from it by ranged requests, "
+          "the next round's in the background (storage.fetch prefetch); their storeDir is an empty mirror, so "
+          "every store byte any process reads crosses that link. With store `local`, the store is on the host's "
+          "disk as in `peer.md`. DistDGL loads its partitions from the host's disk at its start (its set-up).", "",
+          "Evaluation runs after the last epoch only (evalEvery = epochs; it cannot be off): with a bucket store it "
+          "mirrors the whole store, which is outside every epoch's window and shown apart (storage link MB "
+          "after training).", "",
+          "Definitions (one for both systems): an epoch's time is Grappa's steps plus its round's set-up (fetch "
+          "and build, in an epoch that starts a round), DistDGL's steps; an epoch starts a round when its index "
+          "from 0 is a positive multiple of the period; *steady* is the median of the epochs after the first that "
+          "start none, *boundary* the median of those that start one; *mean (rounds incl.)* is the mean of every "
+          "epoch after the first, boundaries included, and **DistDGL ÷ Grappa is the ratio of those means**. "
+          "A cell's figure is the median over its jobs. Targets (issue 37): a boundary at most "
+          f"{BOUNDARY_TARGET:.1f} steady epochs; at P = 8 and 1 Gbit/s, DistDGL ÷ Grappa at least "
+          + ", ".join(f"{t:.0f}x on {SHORT.get(d, d)}" for d, t in RATIO_TARGETS.items()) + ". "
+          f"A run counts only when the 1-minute load average was at most {QUIET_LOAD:.1f} before it "
+          "(the harness waits, else refuses the cell); each job's load before and after is in its epoch table.", "",
+          "## Epoch time with rounds (measured)", ""]
+    md += main_table(rows)
+    md += ["", "## The store's traffic (measured)", "",
+           "Storage link: the storage machine's sent + received bytes by the kernel's counters over a round's "
+           "epochs (set-up included; with prefetch a round's epochs carry the next round's fetch), mean over the "
+           "job's rounds. Workers' fetched: their own count of the store bytes each round's fetch read (report.json "
+           "`store_reads`), summed over workers, mean over rounds; per worker: the mean over workers and rounds; "
+           "fetched ahead: the share fetched during the round before. Peak buffers and folder: the largest worker's.",
+           ""]
+    md += store_table(rows)
+    md += ["", "## Set-up (measured, not in any epoch)", "",
+           "Grappa: prepare (the chunk store written on the host, before the job), upload (that store into the "
+           "bucket from the aggregator's namespace over the storage link, as `grappa prepare` with storage.s3 "
+           "uploads it), "
+           "job start (launcher start to the first epoch's steps: processes, the ring, round 0's fetch and build). "
+           "DistDGL: DGL's partition_graph (before the job), job start (servers start and load their partitions, "
+           "trainers connect, to the first epoch's steps), and the trainers' own wait for the DistGraph.", ""]
+    md += setup_table(rows)
+    md += projection_lines(rows)
+    md += ["", "## Every epoch (measured)"] + epoch_tables(rows)
+    left = [f"- `{k}`: {r['error'].strip().splitlines()[-1][:200]}" for k, r in sorted(runs.items()) if "error" in r]
+    left += [f"- `{k}`: 1-minute load average {r['load_before'][0]:.2f} before the run"
+             for k, r in sorted(runs.items()) if "error" not in r and busy(r)]
+    if left:
+        md += ["", "## Runs left out (failed, refused, or busy)", ""] + left
+    path = out / "peer-store.md"
+    path.write_text("\n".join(md) + "\n")
+    return path

@@ -1,0 +1,138 @@
+"""The store experiment's figures (bench/peer_store.py, bench/render_peer_store.py; issue 37):
+which epochs start a round, the steady and boundary medians and their ratio, the ratio of means
+with rounds included, the record and key shapes, and the page rendered from a fake runs file.
+Pure: no namespace, no weed, no job."""
+import pytest
+
+from bench_modules import load
+
+
+@pytest.fixture(scope="module")
+def mods():
+    load("peer")  # puts bench/ on sys.path for peer_store's imports
+    return load("peer_store"), load("render_peer_store"), load("cluster_model")
+
+
+def machine(sent: float, received: float = 0.0, cpu: float = 1.0) -> dict:
+    return {"sent_bytes": sent, "received_bytes": received, "cpu_seconds": cpu}
+
+
+def hist(seconds: list[float], rounds: list[int], setup: list[float]) -> list[dict]:
+    """An aggregator's history: each epoch's steps take `seconds`, its round's set-up `setup`."""
+    return [{"epoch": i + 1, "round": r, "train_seconds": s, "epoch_seconds": s + u + 0.5, "eval_seconds": 0.5,
+             "started_at": 100.0 + 10 * i, "ended_at": 105.0 + 10 * i, "round_build_seconds": u}
+            for i, (s, r, u) in enumerate(zip(seconds, rounds, setup))]
+
+
+def grappa_rec(ps, secs, setup, storage=(1e6, 2e6, 3e6, 4e6, 5e6), fetched=None, load_before=0.2) -> dict:
+    h = hist(secs, [0, 0, 1, 1, 2], setup)
+    rec = {"system": "grappa", "epochs": [{"train_seconds": s, "steps": 4,
+                                           "machines": [machine(9e9)] + [machine(b, b) for b in (1e6, 3e6)]
+                                           + [machine(st)]}
+                                          for s, st in zip(secs, storage)],
+           "store_reads": {"rounds": [{"round": k, "worker_bytes": {"fetched": f, "fetched_ahead": [f[0], 0]}}
+                                      for k, f in enumerate(fetched or [[4e6, 6e6]] * 3)],
+                           "peak_held_bytes": {"prefetch_memory": [2e6, 3e6], "local_disk": [8e6, 9e6]}},
+           "setup": {"prepare_seconds": 3.0, "upload_seconds": 2.0, "job_start_seconds": 7.0,
+                     "load_before_job": [0.4, 0.3, 0.3]},
+           "after_training": {"seconds": 4.0, "storage_bytes": 5e7},
+           "load_before": [load_before, 0.3, 0.3], "load_after": [1.4, 0.5, 0.4], "quiet_limit": 1.0}
+    ps.grappa_epochs(rec, h, p=2, every=2, storage=3)
+    return rec
+
+
+def dgl_rec(ps, secs) -> dict:
+    rec = {"system": "distdgl", "epochs": [{"train_seconds": s, "steps": 4, "machines": [machine(5e6), machine(7e6)]}
+                                           for s in secs],
+           "setup": {"partition_seconds": 11.0, "job_start_seconds": 13.0, "trainer_load_seconds": 6.0},
+           "load_before": [0.1, 0.2, 0.2], "load_after": [1.2, 0.4, 0.3], "quiet_limit": 1.0}
+    ps.distdgl_epochs(rec)
+    return rec
+
+
+def test_which_epochs_start_a_round(mods):
+    _, rs, _ = mods
+    assert [e for e in range(5) if rs.starts_round(e, 2)] == [2, 4]  # two boundaries in 5 epochs
+    assert [e for e in range(21) if rs.starts_round(e, 10)] == [10, 20]
+    assert not any(rs.starts_round(e, 10) for e in range(3))  # peer.md's cells: none
+    assert not any(rs.starts_round(e, 0) for e in range(5))  # fixed partitions
+
+
+def test_epoch_records_take_the_round_set_up_and_the_storage_link(mods):
+    ps, _, _ = mods
+    rec = grappa_rec(ps, [9.0, 1.0, 1.0, 1.2, 1.0], [5.0, 0.0, 0.6, 0.0, 0.4])
+    es = rec["epochs"]
+    assert [e["boundary"] for e in es] == [False, False, True, False, True]
+    assert [e["round"] for e in es] == [0, 0, 1, 1, 2]
+    # an epoch's time: its steps and its round's set-up, evaluation left out
+    assert [e["seconds"] for e in es] == pytest.approx([14.0, 1.0, 1.6, 1.2, 1.4])
+    assert [e["storage_bytes"] for e in es] == [1e6, 2e6, 3e6, 4e6, 5e6]  # rank 3: the storage machine
+    assert all(e["busiest_worker_kernel_bytes"] == 6e6 for e in es)  # workers 1..P, not the aggregator
+
+
+def test_steady_boundary_and_the_ratio_of_means(mods):
+    ps, rs, _ = mods
+    g = grappa_rec(ps, [9.0, 1.0, 1.0, 1.2, 1.0], [5.0, 0.0, 0.6, 0.0, 0.4])
+    f = rs.epoch_figures(g)
+    assert f["steady"] == pytest.approx((1.0 + 1.2) / 2)  # epochs 1 and 3 (from 0): no boundary
+    assert f["boundary"] == pytest.approx((1.6 + 1.4) / 2)  # epochs 2 and 4
+    assert f["boundary_ratio"] == pytest.approx(1.5 / 1.1)
+    assert f["mean"] == pytest.approx((1.0 + 1.6 + 1.2 + 1.4) / 4) and f["boundaries"] == 2
+    d = rs.epoch_figures(dgl_rec(ps, [20.0, 4.0, 5.0, 4.0, 5.0]))
+    assert d["boundary"] is None and d["boundary_ratio"] is None and d["mean"] == pytest.approx(4.5)
+
+
+def test_store_bytes_per_round(mods):
+    ps, rs, _ = mods
+    b = rs.round_bytes(grappa_rec(ps, [9.0, 1.0, 1.0, 1.2, 1.0], [5.0, 0.0, 0.6, 0.0, 0.4],
+                                  fetched=[[4e6, 6e6], [2e6, 2e6], [1e6, 1e6]]))
+    assert b["link_per_round"] == [3e6, 7e6, 5e6]  # each round's epochs on the storage link
+    assert b["link_mean"] == pytest.approx(5e6)
+    assert b["fetched_per_round"] == [1e7, 4e6, 2e6] and b["fetched_mean"] == pytest.approx(16e6 / 3)
+    assert b["per_worker_mean"] == pytest.approx(16e6 / 6)
+    assert b["ahead_share"] == pytest.approx(7e6 / 16e6)
+    assert b["prefetch_memory_peak"] == 3e6 and b["local_disk_peak"] == 9e6
+
+
+def test_keys_are_apart_from_peer_runs_and_parse_back(mods):
+    ps, rs, _ = mods
+    k = ps.key("rmat", 8, 3, "grappa", "1gbit", "s3", 2, 5, 0)
+    assert k == "timing|rmat|8|3|grappa|1gbit|s3|r2|e5|0"
+    assert rs.parse_key(k) == {"experiment": "timing", "dataset": "rmat", "p": 8, "layers": 3, "system": "grappa",
+                               "preset": "1gbit", "store": "s3", "every": 2, "epochs": 5, "rep": 0}
+    assert len(k.split("|")) != len("timing|rmat|8|3|grappa|1gbit|0".split("|"))  # peer-runs.json's shape
+    assert ps.RUNS != "peer-runs.json"
+
+
+def fake_runs(ps, busy_dgl: bool = False) -> dict:
+    return {"timing|rmat|8|3|grappa|1gbit|s3|r2|e5|0": grappa_rec(ps, [9.0, 1.0, 1.0, 1.2, 1.0],
+                                                                  [5.0, 0.0, 0.6, 0.0, 0.4]),
+            "timing|rmat|8|3|distdgl|1gbit|s3|r2|e5|0": dgl_rec(ps, [20.0, 4.0, 5.0, 4.0, 5.0]),
+            "timing|rmat|8|3|distdgl|1gbit|s3|r2|e5|1": {**dgl_rec(ps, [1.0] * 5), "load_before": [3.0, 1, 1]},
+            "timing|rmat|4|3|grappa|1gbit|s3|r2|e5|0": {"system": "grappa", "error": "weed exited (2)"}}
+
+
+def test_the_page_is_computed_from_the_runs(mods, tmp_path):
+    ps, rs, _ = mods
+    page = rs.render(fake_runs(ps), tmp_path).read_text()
+    row = next(r for r in rs.cell_rows(fake_runs(ps)) if r["p"] == 8)
+    assert row["jobs"] == (1, 1)  # the busy DistDGL job is left out of its cell
+    assert row["ratio"] == pytest.approx(4.5 / 1.3)
+    assert f"**{row['ratio']:.2f}x**" in page and "≥ 4x: missed" in page
+    assert f"{1.5 / 1.1:.2f} (≤ 1.5: met)" in page
+    assert "| 3.00 | 2.00 | 7.00 | 11.00 | 13.00 | 6.00 |" in page  # set-up: prepare, upload, start; DGL's
+    assert "`timing|rmat|4|3|grappa|1gbit|s3|r2|e5|0`: weed exited (2)" in page
+    assert "`timing|rmat|8|3|distdgl|1gbit|s3|r2|e5|1`: 1-minute load average 3.00" in page
+    assert "load before 0.20, before the job (after the upload) 0.40, after 1.40" in page  # each job's loads
+    assert "PROJECTION: the storage link at P = 64" in page
+
+
+def test_the_storage_link_projection(mods):
+    _, rs, cm = mods
+    assert cm.storage_round_seconds(1e6, 64, 125e6) == pytest.approx(64 * 1e6 / 125e6)
+    assert cm.exposed_store_seconds(3.0, 1.0, 2) == pytest.approx(1.0)
+    assert cm.exposed_store_seconds(0.5, 1.0, 2) == 0.0  # hidden behind the round before
+    row = {"preset": "1gbit", "per_worker_mean": 2e6, "steady": 1.0, "every": 2, "store": "s3"}
+    p = rs.storage_projection(row)
+    assert p["link_seconds"] == pytest.approx(64 * 2e6 / 125e6) and p["round_train_seconds"] == 2.0
+    assert rs.storage_projection({**row, "store": "local"}) is None
