@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 import processes
 import s3_server as s3
 from s3_server import s3_bucket, s3_server  # noqa: F401 - fixtures
+from waiting import wait_until
 
 
 def test_put_get_range_and_list_as_the_admin(s3_server: s3.S3Server, s3_bucket: str) -> None:  # noqa: F811
@@ -109,7 +110,9 @@ def test_a_stopped_server_leaves_no_process_and_no_socket(tmp_path: Path) -> Non
         members = _group(server.pid)
         assert server.pid in members and members <= processes.descendants(os.getpid())
         sockets = server.grpc_sockets()
-        assert all(p.is_socket() for p in sockets), sockets  # (so the check below sees them go)
+        # weed makes its gRPC sockets as its services come up, some after the S3 port answers: wait
+        # for them (so the check below sees them go)
+        wait_until(lambda: all(p.is_socket() for p in sockets), f"weed's gRPC sockets {sockets}", stall=30)
     assert _group(server.pid) == set()
     assert server.process is not None and server.process.returncode is not None
     assert not [p for p in sockets if p.exists()]
