@@ -12,9 +12,12 @@ or it picks the hostname's 127.0.0.1 and fails to connect across namespaces.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
+import tempfile
 from typing import Optional
 
 SUBNET = "169.254.77"
@@ -72,6 +75,10 @@ class ThrottledNetwork:
                  "burst", str(burst), "latency", "100ms")
 
     def __enter__(self) -> "ThrottledNetwork":
+        with _reap_lock():  # no reaper sees a network half-made (see reap_stale)
+            return self._make()
+
+    def _make(self) -> "ThrottledNetwork":
         try:
             self._ip("ip", "link", "add", self.bridge, "type", "bridge",
                      undo=["ip", "link", "del", self.bridge])
@@ -122,9 +129,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _reap_lock():
+    """Making a network and reaping are exclusive across processes: a reaper in another process
+    (two benchmarks, or two test lanes) must not delete a network while it is being made, as it
+    would one tagged with a pid that has exited (tests/bench/test_netns_reap.py makes such one)."""
+    with open(os.path.join(tempfile.gettempdir(), "grappa-netns.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def reap_stale() -> list[str]:
     """Delete namespaces and links of runs whose process is gone (a SIGKILL skips close()).
     Networks of live processes are left alone; returns what was deleted."""
+    with _reap_lock():
+        return _reap()
+
+
+def _reap() -> list[str]:
     names = [line.split()[0] for line in
              subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()]
     links = [line.split()[0].split("@")[0] for line in

@@ -20,10 +20,16 @@ def test_reaps_dead_runs_only(netns):
     dead = subprocess.Popen(["true"])
     dead.wait()
     try:
-        stale = netns.ThrottledNetwork(2, "100mbit", tag=f"gr{dead.pid}").__enter__()
+        # the live one first: the stale one (a dead pid's) is reaped by any reaper once made, this
+        # test's own below or another lane's, so it is made last, right before this test's reap
         live = netns.ThrottledNetwork(2, None).__enter__()
     except (netns.NetnsUnavailable, FileNotFoundError) as err:
         pytest.skip(f"namespaces not permitted here: {err}")
+    try:
+        stale = netns.ThrottledNetwork(2, "100mbit", tag=f"gr{dead.pid}").__enter__()
+    except BaseException:
+        live.close()
+        raise
     try:
         gone = netns.reap_stale()
         # Only this test's dead run is known: a run killed before this one may have left its own
