@@ -27,8 +27,12 @@ up() {
         # the folder, not the files: they may be made after the cluster (weed, on a cold machine)
         printf '  extraMounts:\n  - hostPath: %s\n    containerPath: %s\n    readOnly: true\n' \
             "$NODE_SHARE" "$NODE_SHARE_PATH"
+        # etcd without fsync: a throwaway one-node bed, whose etcd otherwise stalls /readyz
+        # ("etcd failed") when the loaded machine's disk is slow. kubeadm v1beta4: a list of args.
+        printf 'kubeadmConfigPatches:\n- |\n  kind: ClusterConfiguration\n  etcd:\n    local:\n'
+        printf '      extraArgs:\n      - name: unsafe-no-fsync\n        value: "true"\n'
         if quirk_cgroup_v1; then
-            printf 'kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n'
+            printf -- '- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n'
         fi
     } >"$config"
     log "creating cluster $CLUSTER ($node_image) ..."
