@@ -1,8 +1,10 @@
 """A round's data fetched into worker-local storage (issue 37, part 2): the fetch path's bytes are
 what the store holds for what it fetched, counted against the store's own arrays (np.load of each
 file, the stored chunk_of.npy, independently of the code under test); the local copy gives the
-same local graph and rows as the store; a prefetched round trains the same parameters as one
-fetched on demand; a worker killed mid-fetch resumes and uses nothing half-fetched."""
+same local graph and rows as the store; a mini-batch round fetches its halo's structure and then
+each row the steps first read, the same rows and bytes the store gives; a prefetched round trains
+the same parameters as one fetched on demand and as one reading the store directly; a worker
+killed mid-fetch resumes and uses nothing half-fetched."""
 import json
 import logging
 import os
@@ -20,7 +22,7 @@ import torch
 import grappa
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
-from grappa.data.local_copy import HALO_FILES, LocalCopy, halo_key
+from grappa.data.local_copy import HALO_FILES, Fetched, LocalCopy, halo_key, rows_key
 from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
 from grappa.data.prefetch import RoundFetcher
 from grappa.data.store.assign import base_chunks
@@ -125,6 +127,47 @@ def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
     assert all(local.store_reads()[k] == 0 for k in FETCH_COUNTS)  # nothing wired: zeros
 
 
+def test_a_sampled_round_fetches_the_halo_structure_then_each_row_when_first_read(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned = base + [var]
+    copy = LocalCopy(cfg.store_path, tmp_path / "local", rows="sampled")
+    got = copy.fetch(owned)
+    index, rows_bytes = arrays.halo_bytes(owned)
+    assert (got.chunk_files, got.halo_index, got.halo_rows, got.on_demand) == \
+        (arrays.chunk_bytes(owned), index, 0, 0)
+    halo = tmp_path / "local" / halo_key(owned)
+    assert not (halo / "x.npy").exists()
+    ids, chunk, row = (np.load(halo / f) for f in ("ids.npy", "chunk.npy", "row.npy"))
+    for i in range(ids.size):  # each halo node's row in its chunk's store files
+        assert arrays.file(int(chunk[i]), "nodes.npy")[row[i]] == ids[i]
+
+    counts = Fetched()
+    local = build_local_graph(copy.view(owned, counts), base, var)
+    direct = build_local_graph(ChunkStore(cfg.store_path), base, var)
+    assert counts.halo_rows == 0  # building the graph reads no feature row
+    row_bytes = int(arrays.file(0, "x.npy")[0].nbytes)
+    halo_ids = np.arange(local.num_owned, local.num_nodes)
+    some = np.concatenate([halo_ids[::3], halo_ids[:5], np.arange(10)])  # repeats, and owned rows
+    assert torch.equal(local.features.gather(some), direct.features.gather(some))
+    first = np.unique(halo_ids[::3].tolist() + halo_ids[:5].tolist()).size * row_bytes
+    assert counts.halo_rows == counts.on_demand == first
+    assert torch.equal(local.features.gather(halo_ids[::3]), direct.features.gather(halo_ids[::3]))
+    assert counts.halo_rows == first  # read again: local
+    assert_same_graph(direct, local)  # every row: the rest fetched now
+    assert counts.halo_rows == counts.on_demand == rows_bytes  # each halo row once, in all
+    cache = tmp_path / "local" / rows_key(owned) / "x.bin"
+    assert cache.stat().st_size == rows_bytes
+
+    # another process's rows are never used: a new LocalCopy removes them; its structure stays
+    again = LocalCopy(cfg.store_path, tmp_path / "local", rows="sampled")
+    assert not (tmp_path / "local" / rows_key(owned)).exists()
+    assert again.fetch(owned).total == 0
+    # a halo fetched for the other mode is not taken for this one's: fetched again
+    whole = LocalCopy(cfg.store_path, tmp_path / "local").fetch(owned)
+    assert (whole.chunk_files, whole.halo_index, whole.halo_rows) == (0, index, rows_bytes)
+
+
 def folder_bytes(*dirs: Path) -> int:
     return sum(f.stat().st_size for d in dirs for f in d.rglob("*") if f.is_file())
 
@@ -227,8 +270,10 @@ class _KeptZygote:
 
 
 def test_a_prefetched_round_trains_the_same_parameters_as_one_fetched_on_demand(tmp_path):
+    """Mini-batch rounds: their halo rows come as the steps read them (halo_rows.py), and training
+    is the same as on the store itself (direct)."""
     runs = {}
-    cfgs = {fetch: fetch_job(tmp_path / fetch, fetch) for fetch in ("on-demand", "prefetch")}
+    cfgs = {fetch: fetch_job(tmp_path / fetch, fetch) for fetch in ("on-demand", "prefetch", "direct")}
     threads = LocalJob(cfgs["prefetch"]).threads  # the zygote's env as LocalJob's own would be
     zygote = Zygote({**os.environ, "OMP_NUM_THREADS": str(threads)}, rank_modules(cfgs["prefetch"]),
                     tmp_path / "zygote.log")
@@ -240,19 +285,23 @@ def test_a_prefetched_round_trains_the_same_parameters_as_one_fetched_on_demand(
             assert not (Path(cfg.run_dir) / "local").exists() or not any((Path(cfg.run_dir) / "local").rglob("*.npy"))
     finally:
         zygote.close()
-    (rep_d, state_d), (rep_p, state_p) = runs["on-demand"], runs["prefetch"]
+    (rep_d, state_d), (rep_p, state_p), (rep_s, state_s) = runs["on-demand"], runs["prefetch"], runs["direct"]
     assert [h["round"] for h in rep_p["history"]] == [0, 1, 2]
-    assert [h["loss"] for h in rep_p["history"]] == [h["loss"] for h in rep_d["history"]]
-    assert state_p.keys() == state_d.keys()
+    assert [h["loss"] for h in rep_p["history"]] == [h["loss"] for h in rep_d["history"]] == \
+        [h["loss"] for h in rep_s["history"]]
+    assert state_p.keys() == state_d.keys() == state_s.keys()
     for name in state_p:
-        assert torch.equal(state_p[name], state_d[name]), name
+        assert torch.equal(state_p[name], state_d[name]) and torch.equal(state_p[name], state_s[name]), name
     for w in range(P):
-        for h_d, h_p in zip(rep_d["history"], rep_p["history"]):
+        for h_d, h_p, h_s in zip(rep_d["history"], rep_p["history"], rep_s["history"]):
             d, p = h_d["worker_store_read_bytes"], h_p["worker_store_read_bytes"]
             assert d["fetched"][w] == p["fetched"][w] > 0  # the same bytes, whenever fetched
             assert d["fetched_ahead"][w] == 0 and d["prefetch_disk"][w] == 0
-            # rounds 1 and 2 came ahead, during the round before; round 0 had nothing before it
-            assert p["fetched_ahead"][w] == (p["fetched"][w] if h_p["round"] > 0 else 0)
+            # the halo's rows came as the steps read them: those the direct run read of the store
+            assert p["fetched_rows"][w] == p["fetched_on_demand"][w] == d["fetched_on_demand"][w] == \
+                h_s["worker_store_read_bytes"]["halo_features_distinct"][w] > 0
+            # the rest of rounds 1 and 2 came ahead, during the round before; round 0 had nothing before it
+            assert p["fetched_ahead"][w] == (p["fetched"][w] - p["fetched_rows"][w] if h_p["round"] > 0 else 0)
             assert p["local_disk"][w] >= d["local_disk"][w] > 0
         # while round 0 trained, round 1's data was held on disk, and the fetch's buffers: in round 0's
         # report, or, when that fetch completed after it, in round 1's (the first report after a fetch

@@ -537,7 +537,9 @@ class StorageConfig(Section):
     fetch: Literal[FETCH_MODES] = Field(  # type: ignore[valid-type]
         "direct", description="How a worker's training rounds read their graph. direct: read the store "
         "through memory maps as the steps need rows. on-demand: at a round's start, copy what the round "
-        "needs (its owned chunks, its halo's rows) into localDir, then train the round on that copy. "
+        "needs (its owned chunks, its halo's rows) into localDir, then train the round on that copy; "
+        "in mini-batch mode the halo's rows are copied as the steps first read them, since a round's "
+        "samples reach few of them. "
         "prefetch: as on-demand, and fetch the next round's data in the background while the current "
         "round trains (at most two rounds' data on local disk). Evaluation (and link prediction's edge "
         "split) reads the store directly whatever this is. Strategy grappa only.")

@@ -75,7 +75,8 @@ class TrainerMetrics:
         # storage.fetch: what the rounds' data cost from the store, and what the local copy holds
         self._fetched = Counter(
             "grappa_trainer_store_fetched_bytes", "Bytes this worker fetched from the chunk store into "
-            "worker-local storage for its rounds (storage.fetch), counted when a round starts.",
+            "worker-local storage for its rounds (storage.fetch), counted at each epoch report (a mini-batch "
+            "round's halo rows are fetched as its steps first read them).",
             list(labels), registry=self.registry).labels(**labels)
         self._fetch_held = Gauge(
             "grappa_trainer_fetch_held_bytes", "What the fetched round data holds, by kind: local_disk "

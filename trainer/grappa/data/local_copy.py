@@ -4,13 +4,16 @@ A round needs its owned chunks (the base chunks and the variable chunk) whole, a
 nodes outside them that their in-edges reach, each with its feature row and global in-degree.
 `LocalCopy.fetch(owned)` brings both from the chunk store into the worker's folder (an emptyDir
 in a pod, a scratch folder locally); `view(owned)` serves them to local_graph.build_local_graph in
-the store's place, which builds the same local graph and reads the same rows from them.
+the store's place, which builds the same local graph and reads the same rows from them. A
+mini-batch round (rows="sampled") reads a small part of its halo's rows, so its fetch brings the
+halo's structure only and each row comes when a step first reads it (data/halo_rows.py).
 
 Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
     chunk_files = sum over the chunk files copied whole of their data bytes (manifest data_bytes)
     halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
                   indptr entries at r and r + 1 for each halo row r (each entry once)
-    halo_rows   = halo rows x row bytes (num_features x the store's feature itemsize)
+    halo_rows   = halo rows x row bytes (num_features x the store's feature itemsize); with
+                  rows="sampled", the rows the steps read, each once a round (`on_demand` too)
     over_read   = a store in a bucket (storage.s3, data/s3/source.py) only: bytes between rows
                   read in the same ranged request
 A chunk already copied is not read again: base chunks are fetched once per job. From a bucket
@@ -31,8 +34,10 @@ Folder layout:
     halo-<key>/ids.npy       int64 [h] the halo's global ids, sorted by (chunk, id)
     halo-<key>/chunk.npy     int32 [h] the chunk of each
     halo-<key>/deg.npy       int64 [h] global in-degree
-    halo-<key>/x.npy         [h, f] feature rows, in the store's dtype
+    halo-<key>/row.npy       int64 [h] the row of each in its chunk's files
+    halo-<key>/x.npy         [h, f] feature rows, in the store's dtype (rows="all" only)
     halo-<key>/fetched.json  what the folder was fetched for and each file's size and sha256
+    rows-<key>/x.bin         rows="sampled": the halo rows the round's steps read so far (halo_rows.py)
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ import numpy as np
 
 from grappa.data.distinct import MAP_BLOCK, distinct
 from grappa.data.errors import ChunkStoreError
+from grappa.data.halo_rows import HaloChunkRows, HaloRows
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
 from grappa.util.files import sha256_of
@@ -56,7 +62,9 @@ from grappa.util.npy import map_npy
 _BLOCK = 1 << 22      # bytes per read when copying a file
 _SLAB = 1 << 23       # bytes of feature rows gathered at once
 _TMP = ".tmp-"
-HALO_FILES = ("ids.npy", "chunk.npy", "deg.npy", "x.npy")
+HALO_FILES = ("ids.npy", "chunk.npy", "deg.npy", "row.npy", "x.npy")
+ROW_MODES = ("all", "sampled")  # a halo's rows fetched with it, or as the steps read them
+_ROWS = "rows-"
 _FIX = "the store must be re-prepared (delete it and run `grappa prepare`)"
 
 
@@ -68,6 +76,7 @@ class Fetched:
     halo_index: int = 0
     halo_rows: int = 0
     over_read: int = 0
+    on_demand: int = 0  # of halo_rows, those fetched as the steps read them (rows="sampled")
     memory_peak: int = 0
     memory_now: int = 0
 
@@ -91,12 +100,21 @@ def halo_key(owned: Sequence[int]) -> str:
     return "halo-" + hashlib.sha256(",".join(map(str, sorted(owned))).encode()).hexdigest()[:16]
 
 
+def rows_key(owned: Sequence[int]) -> str:
+    """The folder of a sampled round's rows fetched as read (this process's own)."""
+    return _ROWS + halo_key(owned)[len("halo-"):]
+
+
 class LocalCopy:
     """A worker's folder of fetched round data, over the store at `store_path`."""
 
-    def __init__(self, store_path: str | Path, folder: str | Path, remote=None) -> None:
+    def __init__(self, store_path: str | Path, folder: str | Path, remote=None, rows: str = "all") -> None:
+        if rows not in ROW_MODES:
+            raise ValueError(f"rows must be one of {ROW_MODES}, not {rows!r}")
         self.store = Path(store_path)
         self.folder = Path(folder)
+        self.sampled = rows == "sampled"
+        self.halo_files = HALO_FILES[:-1] if self.sampled else HALO_FILES
         self.remote = None
         if remote is not None:  # a data.s3 Bucket: storeDir is its mirror, holding the manifest
             from grappa.data.s3.source import S3Source
@@ -107,8 +125,8 @@ class LocalCopy:
                                           int(self.manifest["seed"]))
         self.digest = hashlib.sha256((self.store / MANIFEST).read_bytes()).hexdigest()
         self.folder.mkdir(parents=True, exist_ok=True)
-        for entry in self.folder.iterdir():  # a killed fetch's leftovers: never used
-            if entry.name.startswith(_TMP):
+        for entry in self.folder.iterdir():  # a killed fetch's leftovers, another process's rows: never used
+            if entry.name.startswith((_TMP, _ROWS)):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         self._checked: set[str] = set()  # entries written or checked by this process
 
@@ -206,12 +224,14 @@ class LocalCopy:
         ids, chunks = ids[order], chunks[order]
         deg = np.empty(ids.size, dtype=np.int64)
         out.hold(ids, chunks, deg)
+        store_row = np.empty(ids.size, dtype=np.int64)
+        out.hold(store_row)
         x_dtype = np.dtype(self._entry(owned[0], "x.npy")["dtype"]) if owned else np.dtype(np.float32)
         nf = int(self.manifest["num_features"])
-        if not ids.size:  # no halo (one worker, or every chunk owned): an empty x.npy
+        if not ids.size and not self.sampled:  # no halo (one worker, or every chunk owned): an empty x.npy
             np.save(tmp / "x.npy", np.empty((0, nf), dtype=x_dtype))
         x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \
-            if ids.size else None
+            if ids.size and not self.sampled else None
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
@@ -221,12 +241,15 @@ class LocalCopy:
             if rows.size and (rows[-1] >= nodes.size or not np.array_equal(nodes[rows], ids[a:b])):
                 raise ChunkStoreError(f"chunk store file {self.store / chunk_dir(k) / 'nodes.npy'} lacks "
                                       f"nodes the assignment puts in chunk {k}; {_FIX}")
+            store_row[a:b] = rows
             at = np.union1d(rows, rows + 1)  # each entry read once
             ends = self._take(k, "indptr.npy", at, out)
             deg[a:b] = ends[np.searchsorted(at, rows + 1)] - ends[np.searchsorted(at, rows)]
             out.halo_index += nodes.nbytes + ends.nbytes
             out.drop(nodes)
             del nodes
+            if x_out is None:  # rows="sampled": the steps fetch the rows they read (halo_rows.py)
+                continue
             row_bytes = nf * x_dtype.itemsize
             step = max(1, _SLAB // max(1, row_bytes))
             for lo in range(0, rows.size, step):  # ascending rows: sequential reads
@@ -241,9 +264,10 @@ class LocalCopy:
         np.save(tmp / "ids.npy", ids)
         np.save(tmp / "chunk.npy", chunks.astype(np.int32))
         np.save(tmp / "deg.npy", deg)
-        out.drop(ids, chunks, deg)
+        np.save(tmp / "row.npy", store_row)
+        out.drop(ids, chunks, deg, store_row)
         files = {name: {"size": (tmp / name).stat().st_size, "sha256": sha256_of(tmp / name, 0)}
-                 for name in HALO_FILES}
+                 for name in self.halo_files}
         (tmp / "fetched.json").write_text(json.dumps(
             {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
 
@@ -252,6 +276,10 @@ class LocalCopy:
             self._store_file(k, name)
             return self.remote.read_all(f"{chunk_dir(k)}/{name}")
         return np.array(self._store_file(k, name))
+
+    def read_rows(self, k: int, rows: np.ndarray, out: Fetched) -> np.ndarray:
+        """Feature rows `rows` (ascending, distinct) of chunk k, from the store."""
+        return self._take(k, "x.npy", rows, out)
 
     def _take(self, k: int, name: str, idx: np.ndarray, out: Fetched) -> np.ndarray:
         """Rows idx (ascending, distinct) of chunk k's file; a bucket's gap bytes into out."""
@@ -295,9 +323,9 @@ class LocalCopy:
         if not isinstance(rec, dict) or rec.get("owned") != sorted(owned) or rec.get("store") != self.digest:
             return False
         files = rec.get("files")
-        if not isinstance(files, dict) or set(files) != set(HALO_FILES):  # a damaged record: refetch
+        if not isinstance(files, dict) or set(files) != set(self.halo_files):  # damaged, or the other mode
             return False
-        for f in HALO_FILES:
+        for f in self.halo_files:
             p, want = d / f, files[f]
             if not isinstance(want, dict) or not p.is_file() or p.stat().st_size != want.get("size") or \
                     sha256_of(p, 0) != want.get("sha256"):
@@ -306,12 +334,13 @@ class LocalCopy:
         return True
 
     # -- use and upkeep --------------------------------------------------------------------------
-    def view(self, owned: Sequence[int]) -> "LocalView":
-        return LocalView(self, owned)
+    def view(self, owned: Sequence[int], counts: Fetched | None = None) -> "LocalView":
+        """The round of `owned` (fetched); `counts` grows by the rows a sampled round fetches."""
+        return LocalView(self, owned, counts if counts is not None else Fetched())
 
     def entries(self, owned: Sequence[int]) -> set[str]:
         """The folder entries an owned set's round reads."""
-        return {chunk_dir(k) for k in owned} | {halo_key(owned)}
+        return {chunk_dir(k) for k in owned} | {halo_key(owned), rows_key(owned)}
 
     def disk_bytes(self, exclude: set[str] = frozenset()) -> int:
         """Bytes of the files in the folder (a fetch's `.tmp-` files included), but `exclude`'s."""
@@ -339,15 +368,17 @@ class LocalView:
     """What build_local_graph reads of the store, served from a LocalCopy: an owned chunk's maps
     are its copies; any other chunk's are its halo rows only, in ascending id (nodes, x, and an
     indptr whose differences are their degrees), so a row found by searching nodes is the same
-    node's row, and the degree the same, as in the store."""
+    node's row, and the degree the same, as in the store. A sampled round's halo rows come from
+    the store as they are read (halo_rows.HaloRows)."""
 
-    def __init__(self, copy: LocalCopy, owned: Sequence[int]) -> None:
+    def __init__(self, copy: LocalCopy, owned: Sequence[int], counts: Fetched) -> None:
         self.manifest, self.num_chunks, self.assignment = copy.manifest, copy.num_chunks, copy.assignment
         self.path = copy.store
         self.bytes_hashed = 0  # checked when fetched (LocalCopy), nothing read here to check it
         self.folder, self.owned = copy.folder, set(owned)
         halo = copy.folder / halo_key(owned)
-        self._halo = {f[:-4]: map_npy(halo / f) for f in HALO_FILES}
+        self._halo = {f[:-4]: map_npy(halo / f) for f in copy.halo_files}
+        self.rows = HaloRows(copy, halo, copy.folder / rows_key(owned), counts) if copy.sampled else None
         self._maps: dict[int, dict[str, np.ndarray]] = {}
 
     def chunk_maps(self, k: int) -> dict[str, np.ndarray]:
@@ -359,6 +390,7 @@ class LocalView:
                 h = self._halo
                 a, b = np.searchsorted(h["chunk"], [k, k + 1])
                 deg = np.asarray(h["deg"][a:b])
-                self._maps[k] = {"nodes": h["ids"][a:b], "x": h["x"][a:b],
+                x = h["x"][a:b] if self.rows is None else HaloChunkRows(self.rows, int(a), int(b - a))
+                self._maps[k] = {"nodes": h["ids"][a:b], "x": x,
                                  "indptr": np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)}
         return self._maps[k]

@@ -10,7 +10,9 @@ Bounded: the folder holds at most two rounds' data, the current one's and the ne
 chunks, shared, once), everything else evicted at each `take`; the background fetch holds one
 fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold). `counts()` reports
 per round (local_graph.FETCH_COUNTS): the store bytes fetched for the round, how many of them
-ahead, the folder's bytes, of them the next round's, and the background fetch's peak buffers.
+ahead, of them the halo's feature rows and those fetched as the steps read them (a mini-batch
+round's: data/halo_rows.py, never ahead), the folder's bytes, of them the next round's, and the
+background fetch's peak buffers.
 The last two are what is held when counts() is called, or what a fetch ahead held when it
 completed since the call before, whichever is more: a fetch that starts and completes between
 two epoch reports (or completes after the last report of the round before it) is still seen, by
@@ -60,7 +62,7 @@ class RoundFetcher:
         self._next, self._next_fetched, self._error = None, Fetched(), None
         self.current = owned
         self.copy.evict(self.copy.entries(owned))
-        return self.copy.view(owned)
+        return self.copy.view(owned, self._round)  # a sampled round's rows add to its counts
 
     def ahead(self, owned: Sequence[int]) -> None:
         """Start fetching the next round's data in the background."""
@@ -96,6 +98,7 @@ class RoundFetcher:
         with self._lock:
             (disk, memory), self._completed = self._completed, (0, 0)
         return {"fetched": self._round.total, "fetched_ahead": self._round_ahead,
+                "fetched_rows": self._round.halo_rows, "fetched_on_demand": self._round.on_demand,
                 "local_disk": self.copy.disk_bytes(),
                 "prefetch_disk": max(disk, self.copy.disk_bytes(exclude=current)),
                 "prefetch_memory": max(memory, self._next_fetched.memory_peak)}

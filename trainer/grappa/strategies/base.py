@@ -63,9 +63,11 @@ class Strategy(ABC):
         self.base = base_chunks(self.index, cfg.partitions, cfg.num_chunks)
         self.graph: Optional[LocalGraph] = None
         self.step = 0
-        # storage.fetch: the round's data read from a worker-local copy (data/prefetch.py)
-        self.fetcher = None if cfg.storage.fetch == "direct" else \
-            RoundFetcher(LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None)))
+        # storage.fetch: the round's data read from a worker-local copy (data/prefetch.py); a
+        # mini-batch round's steps read few of its halo's rows: those come as read (data/halo_rows.py)
+        rows = "sampled" if cfg.training.mode == "mini-batch" else "all"
+        self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
+            LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
 
     def variable_chunk(self, decision: RoundDecision) -> Optional[int]:
         """The chunk this worker holds beside its base chunks in `decision`'s round."""

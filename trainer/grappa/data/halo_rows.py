@@ -1,0 +1,97 @@
+"""A mini-batch round's halo feature rows, fetched from the store when the steps first read them.
+
+A mini-batch round reads only the halo rows its sampled neighbourhoods reach, a small part of the
+halo on wide graphs (Coauthor-Physics at P = 8: a few tens of MB a round of the ~1 GB of rows its
+halo references). So a mini-batch round's fetch (local_copy.LocalCopy, rows="sampled") brings the
+halo's structure (ids, chunk, store row, in-degree) and leaves its feature rows in the store: the
+first read of a row fetches it (per chunk, in ascending store row, by the ranged requests of a
+bucket store) into this round's cache file, and every later read in the round is local. A step's
+sample and rows are drawn while the step before is in its all-reduce (runtime/worker.py), so the
+fetch overlaps the network wait.
+
+Counted into the round's local_copy.Fetched: `halo_rows` and `on_demand` both grow by
+rows x row bytes (every fetched row once), `over_read` by a bucket's gap bytes.
+
+Nothing half-fetched is used: a row's slot is set only once its bytes are in the file. The cache
+belongs to the process that wrote it: `rows-<key>` folders are removed when a LocalCopy opens the
+folder, so a resumed worker fetches again what it reads.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from grappa.util.npy import map_npy
+
+_SLAB = 1 << 23  # bytes of rows read from the store at once
+
+
+class HaloRows:
+    """Rows of the halo whose structure is in `halo_dir` (ids, chunk and row per halo position,
+    sorted by chunk, then id), read from the store through `copy` into `cache_dir`."""
+
+    def __init__(self, copy, halo_dir: Path, cache_dir: Path, counts) -> None:
+        self.copy, self.counts = copy, counts
+        self.chunk = np.asarray(map_npy(halo_dir / "chunk.npy"))
+        self.row = np.asarray(map_npy(halo_dir / "row.npy"))
+        self.num_features = int(copy.manifest["num_features"])
+        k0 = int(self.chunk[0]) if self.chunk.size else 0
+        self.dtype = np.dtype(copy.manifest["chunks"][k0]["files"]["x.npy"]["dtype"])
+        self.row_bytes = self.num_features * self.dtype.itemsize
+        self.slot = np.full(self.chunk.size, -1, dtype=np.int64)  # position -> row of the cache file
+        self.cached = 0
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self.path = cache_dir / "x.bin"
+        self._file = open(self.path, "w+b")
+        self._map = None
+        self._lock = threading.Lock()
+
+    def fetch(self, positions: np.ndarray) -> None:
+        """Bring the rows of halo `positions` not yet here from the store."""
+        missing = np.unique(positions[self.slot[positions] < 0])
+        if not missing.size:
+            return
+        chunks = self.chunk[missing]
+        bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True])
+        step = max(1, _SLAB // max(1, self.row_bytes))
+        self._file.seek(0, 2)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            k = int(chunks[a])
+            for lo in range(a, b, step):  # ascending positions of one chunk: ascending store rows
+                pos = missing[lo:min(b, lo + step)]
+                block = np.ascontiguousarray(self.copy.read_rows(k, self.row[pos], self.counts),
+                                             dtype=self.dtype)
+                self._file.write(memoryview(block).cast("B"))
+                self.slot[pos] = self.cached + np.arange(pos.size)
+                self.cached += pos.size
+                self.counts.halo_rows += pos.size * self.row_bytes
+                self.counts.on_demand += pos.size * self.row_bytes
+        self._file.flush()
+        self._map = None
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """[len(positions), f] rows in the store's dtype, fetched first where needed."""
+        with self._lock:
+            self.fetch(positions)
+            if not positions.size:
+                return np.empty((0, self.num_features), dtype=self.dtype)
+            if self._map is None:
+                self._map = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.cached, self.num_features))
+            return self._map[self.slot[positions]]
+
+
+class HaloChunkRows:
+    """One chunk's slice of a HaloRows (positions start .. start + n), indexed like the x.npy rows
+    of a halo chunk in local_copy.LocalView: what FeatureRows.gather reads."""
+
+    def __init__(self, rows: HaloRows, start: int, n: int) -> None:
+        self.rows, self.start = rows, start
+        self.dtype = rows.dtype
+        self.shape = (n, rows.num_features)
+        self.strides = (rows.row_bytes, rows.dtype.itemsize)
+        self.nbytes = 0  # nothing of it is held: rows come as they are read
+
+    def __getitem__(self, idx) -> np.ndarray:
+        return self.rows.take(self.start + np.asarray(idx, dtype=np.int64).reshape(-1))
