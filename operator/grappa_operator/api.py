@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 
 from grappa.config import (
     FETCH_MODES,
+    HALO_ROW_MODES,
     OGB_DATASETS,
     OGB_LINK_DATASETS,
     PATH_MAX,
@@ -223,6 +224,9 @@ class Storage(Section):
         StorageConfig.model_fields["fetch"].default,
         description=StorageConfig.model_fields["fetch"].description.replace(
             "into localDir", f"into an emptyDir at {settings.LOCAL_DATA_PATH} in each worker pod"))
+    halo_rows: Literal[HALO_ROW_MODES] = Field(  # type: ignore[valid-type]
+        StorageConfig.model_fields["halo_rows"].default,
+        description=StorageConfig.model_fields["halo_rows"].description)
     s3: Optional[S3Config] = Field(
         None, description="The chunk store in an S3 bucket instead of on this volume: the prepare "
         "pod uploads it, workers fetch their rounds from it (storage.fetch prefetch or on-demand), "
@@ -513,7 +517,7 @@ class GrappaJobSpec(Section):
             varco=self.varco,
             checkpoint=self.checkpoint,
             prepare=self.prepare,
-            storage=StorageConfig(fetch=self.storage.fetch, s3=self.storage.s3),
+            storage=StorageConfig(fetch=self.storage.fetch, halo_rows=self.storage.halo_rows, s3=self.storage.s3),
             run_dir=run_dir,
             store_dir=store_dir,
             metrics_port=self.metrics_port,

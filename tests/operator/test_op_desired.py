@@ -79,7 +79,7 @@ def test_fetched_rounds_go_to_a_worker_emptydir(job):
         vols = {v["name"]: v for v in p["spec"]["volumes"]}
         assert (vols.get("grappa-local") == {"name": "grappa-local", "emptyDir": {}}) == worker
         cfg = json.loads(next(e["value"] for e in c["env"] if e["name"] == "GRAPPA_CONFIG"))
-        assert cfg["storage"] == {"fetch": "prefetch", "localDir": "/grappa-local"}
+        assert cfg["storage"] == {"fetch": "prefetch", "haloRows": "auto", "localDir": "/grappa-local"}
     direct = make_spec(storage={"claimName": "grappa-data"})
     for p in desired.group_pods(job, direct, 0):
         assert "grappa-local" not in {v["name"] for v in p["spec"]["volumes"]}

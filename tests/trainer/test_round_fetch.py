@@ -22,6 +22,7 @@ import torch
 import grappa
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
+from grappa.data.halo_rows import rows_as_read
 from grappa.data.local_copy import HALO_FILES, Fetched, LocalCopy, halo_key, rows_key
 from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
 from grappa.data.prefetch import RoundFetcher
@@ -168,6 +169,18 @@ def test_a_sampled_round_fetches_the_halo_structure_then_each_row_when_first_rea
     assert (whole.chunk_files, whole.halo_index, whole.halo_rows) == (0, index, rows_bytes)
 
 
+def test_auto_halo_rows_come_as_read_when_wide_and_whole_when_narrow():
+    # a bucket read merges rows closer than GAP_BYTES (64 KiB): rows over half that (Physics's
+    # 8,415 float32, 33.7 kB) are one request each anyway; narrower ones come whole in few requests
+    manifest = {"num_features": 8415, "chunks": [{"files": {"x.npy": {"dtype": "<f4"}}}]}
+    assert rows_as_read(manifest)
+    manifest["num_features"] = 8192  # exactly half the gap: whole
+    assert not rows_as_read(manifest)
+    manifest["chunks"][0]["files"]["x.npy"]["dtype"] = "<f8"
+    assert rows_as_read(manifest)
+    assert TrainConfig().storage.halo_rows == "auto"
+
+
 def folder_bytes(*dirs: Path) -> int:
     return sum(f.stat().st_size for d in dirs for f in d.rglob("*") if f.is_file())
 
@@ -247,7 +260,7 @@ def test_a_failed_fetch_ahead_is_reported_with_the_round_it_was_for(prepared, tm
 def fetch_job(tmp: Path, fetch: str) -> TrainConfig:
     return csbm_job(tmp, **{"grappa.chunks": K, "training.mode": "mini-batch", "training.batchSize": 60,
                             "training.epochs": 3, "training.evalEvery": 3, "grappa.rounds.every": 1,
-                            "storage.fetch": fetch})
+                            "storage.fetch": fetch, "storage.haloRows": "as-read"})
 
 
 class _KeptZygote:

@@ -471,6 +471,7 @@ class CheckpointConfig(Section):
 
 
 FETCH_MODES = ("direct", "on-demand", "prefetch")
+HALO_ROW_MODES = ("auto", "all", "as-read")
 
 
 class S3Config(Section):
@@ -543,6 +544,12 @@ class StorageConfig(Section):
         "prefetch: as on-demand, and fetch the next round's data in the background while the current "
         "round trains (at most two rounds' data on local disk). Evaluation (and link prediction's edge "
         "split) reads the store directly whatever this is. Strategy grappa only.")
+    halo_rows: Literal[HALO_ROW_MODES] = Field(  # type: ignore[valid-type]
+        "auto", description="How a fetched mini-batch round brings its halo's feature rows: all (with "
+        "the halo, at the round's start or ahead), as-read (each when a step first reads it: a round's "
+        "samples reach few of them), auto (as-read for rows wider than half the gap a bucket read "
+        "merges, 32 KiB, which come one request each either way; all for narrower ones, which come in a "
+        "few requests a chunk). Full-graph rounds read every row: all.")
     local_dir: Optional[str] = Field(
         None, max_length=PATH_MAX, description="Worker-local folder for fetched round data, one "
         "rank-<r> folder per worker, removed when the job ends (default: <runDir>/local; in a pod, "

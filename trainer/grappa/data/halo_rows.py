@@ -9,6 +9,12 @@ bucket store) into this round's cache file, and every later read in the round is
 sample and rows are drawn while the step before is in its all-reduce (runtime/worker.py), so the
 fetch overlaps the network wait.
 
+By default only for wide rows (storage.haloRows auto: `rows_as_read`): a bucket store reads rows
+closer than GAP_BYTES in one request, so a halo of narrow rows comes whole in a few requests a
+chunk, where fetching as read costs requests a chunk a step (RMAT-17 at P = 8 trained several
+times slower so: docs/results/peer-store.md); rows wider than half the gap are one request each
+either way, and fetching only those read saves their bytes.
+
 Counted into the round's local_copy.Fetched: `halo_rows` and `on_demand` both grow by
 rows x row bytes (every fetched row once), `over_read` by a bucket's gap bytes.
 
@@ -23,9 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
+from grappa.data.s3.source import GAP_BYTES
 from grappa.util.npy import map_npy
 
 _SLAB = 1 << 23  # bytes of rows read from the store at once
+
+
+def rows_as_read(manifest: dict) -> bool:
+    """Whether a mini-batch round's halo rows are fetched as read (module docstring): rows wider
+    than half the gap a bucket read merges."""
+    k0 = manifest["chunks"][0]["files"]["x.npy"]
+    return 2 * int(manifest["num_features"]) * np.dtype(k0["dtype"]).itemsize > GAP_BYTES
 
 
 class HaloRows:

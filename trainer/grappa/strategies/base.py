@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from grappa.config import TrainConfig
+from grappa.data.halo_rows import rows_as_read
 from grappa.data.local_copy import LocalCopy
 from grappa.data.local_graph import LocalGraph, build_local_graph
 from grappa.data.prefetch import RoundFetcher
@@ -64,8 +65,10 @@ class Strategy(ABC):
         self.graph: Optional[LocalGraph] = None
         self.step = 0
         # storage.fetch: the round's data read from a worker-local copy (data/prefetch.py); a
-        # mini-batch round's steps read few of its halo's rows: those come as read (data/halo_rows.py)
-        rows = "sampled" if cfg.training.mode == "mini-batch" else "all"
+        # mini-batch round's steps read few of its halo's rows: wide ones come as read (data/halo_rows.py)
+        h = cfg.storage.halo_rows
+        rows = "sampled" if cfg.training.mode == "mini-batch" and (
+            h == "as-read" or (h == "auto" and rows_as_read(store.manifest))) else "all"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
             LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
 
