@@ -32,7 +32,7 @@ trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 # compiled the standard library and the YAML and Kubernetes packages again, cold); a
 # half-finished build never leaves a binary behind (installed to tmp, then moved).
 GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod GOBIN="$tmp/bin" CGO_ENABLED=0 \
-  "$GO" install -trimpath "github.com/zegl/kube-score/cmd/kube-score@$VERSION" >&2
+  "$GO" install -trimpath "-gcflags=all=-N -l -dwarf=false" -ldflags="-s -w" "github.com/zegl/kube-score/cmd/kube-score@$VERSION" >&2
 mkdir -p "$DIR/bin"
 mv "$tmp/bin/kube-score" "$BIN"
 echo "$BIN"

@@ -36,12 +36,13 @@ export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
 # bed's other Go builds), built in place as its own main module, with its own go.mod and go.sum
 # (-mod=readonly: nothing resolved anew). Installed to tmp, then moved: a half-finished build
 # never leaves a binary behind. -s -w as upstream's own Makefile builds it (no symbol table, no
-# DWARF: a smaller binary and a shorter link).
+# DWARF: a smaller binary and a shorter link), so the compiler makes no DWARF either (less CPU).
+# Optimized, unlike the other tools the tests alone run: the peer benchmark's storage machine runs it.
 (cd "$tmp" && GOFLAGS=-mod=mod "$GO" mod download -json "$MODULE@$VERSION" >"$tmp/download.json") \
   || { cat "$tmp/download.json" >&2; echo "seaweedfs.sh: $MODULE@$VERSION could not be downloaded" >&2; exit 1; }
 src=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' "$tmp/download.json")
 [[ -f "$src/go.mod" ]] || { cat "$tmp/download.json" >&2; echo "seaweedfs.sh: no source of $MODULE@$VERSION" >&2; exit 1; }
-(cd "$src" && GOFLAGS=-mod=readonly "$GO" build -trimpath -ldflags="-s -w" -o "$tmp/bin/weed" ./weed) >&2
+(cd "$src" && GOFLAGS=-mod=readonly "$GO" build -trimpath -gcflags=all=-dwarf=false -ldflags="-s -w" -o "$tmp/bin/weed" ./weed) >&2
 mkdir -p "$DIR/bin"
 mv "$tmp/bin/weed" "$BIN"
 echo "$BIN"

@@ -34,7 +34,7 @@ build_quietly() {  # docker build --network none <args>, its output kept for a f
 kind_cli() {
     [[ -x $BED/bin/kind && $("$BED/bin/kind" version 2>/dev/null) == *"$KIND_VERSION "* ]] && return
     log "kind $KIND_VERSION (go install) ..."
-    GOBIN=$BED/bin go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kind@$KIND_VERSION"
+    GOBIN=$BED/bin go install -trimpath "$GO_TEST_ONLY" -ldflags '-s -w' "sigs.k8s.io/kind@$KIND_VERSION"
 }
 
 binaries() {  # kubelet, kubeadm, kube-proxy, CoreDNS; the control plane's own from its cache
@@ -49,7 +49,7 @@ binaries() {  # kubelet, kubeadm, kube-proxy, CoreDNS; the control plane's own f
     # once, and one binary links while the others still compile (both cores busy to the end).
     start=$SECONDS
     (cd "$KIND_DIR/node-module" && go build -p "${GRAPPA_BUILD_JOBS:-2}" -mod=readonly -trimpath \
-        -buildvcs=false -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/bin/" \
+        -buildvcs=false "$GO_NO_DWARF" -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$work/bin/" \
         k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy ./coredns)
     log "built kubelet, kubeadm, kube-proxy, coredns in $((SECONDS - start))s"
 }
@@ -126,7 +126,7 @@ compile_tools() {  # the cluster images' binaries: exactly the tags kubeadm asks
     kind_src=$(cd "$KIND_DIR/node-module" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
     python3 "$KIND_DIR/node/storage-manifest.py" "$kind_src/pkg/build/nodeimage/const_storage.go" \
         "$work/default-storage.yaml" >"$work/storage-images.txt"
-    GOBIN=$work/bin go install -trimpath -ldflags '-s -w' "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
+    GOBIN=$work/bin go install -trimpath "$GO_NO_DWARF" -ldflags '-s -w' "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
 }
 
 cluster_images() {  # each binary as a one-binary image, tagged as kubeadm and kind name them

@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 KUEUE_VERSION=v0.19.2
 KUEUE_SRC=${GRAPPA_KUEUE_SRC:-$REPO/../shared/vendor-src/kueue-$KUEUE_VERSION.tar.gz}
 KUEUE_IMAGE=grappa-kueue:bed
-KUEUE_RECIPE=1  # bump when build() changes what it makes
+KUEUE_RECIPE=2  # bump when build() changes what it makes
 
 image_key() { docker image inspect -f '{{index .Config.Labels "grappa.bed.key"}}' "$1" 2>/dev/null || true; }
 cache_dir() { echo "$GRAPPA_CACHE/kueue-$KUEUE_VERSION-$(printf '%s %s' "$(hash_of "$KUEUE_SRC")" "$KUEUE_RECIPE" | sha256sum | cut -c1-12)"; }
@@ -25,7 +25,7 @@ binary() {
         src=$BED/run/kueue-src
         rm -rf "$src" "$dir.tmp" && mkdir -p "$src" "$dir.tmp"
         tar -xzf "$KUEUE_SRC" -C "$src" --strip-components=1
-        (cd "$src" && GOPROXY=off GOFLAGS=-mod=vendor go build -p "${GRAPPA_BUILD_JOBS:-2}" -trimpath \
+        (cd "$src" && GOPROXY=off GOFLAGS=-mod=vendor go build -p "${GRAPPA_BUILD_JOBS:-2}" -trimpath "$GO_TEST_ONLY" \
             -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
             -o "$dir.tmp/manager" ./cmd/kueue) >&2
         cp -r "$src/charts/kueue" "$dir.tmp/chart"
