@@ -12,8 +12,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,6 +34,7 @@ from grappa.data.store.manifest import CHUNK_FILES, chunk_dir
 from grappa.models.model_file import read_meta
 from grappa.runtime.local_job import LocalJob, rank_modules
 from grappa.runtime.zygote import Zygote
+from grappa.strategies.base import Strategy
 from small_jobs import csbm_job
 
 P, K = 2, 6  # base 3 chunks a worker, a variable chunk, and a halo in the other chunks
@@ -223,6 +226,61 @@ def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fet
     assert not local.exists()
 
 
+def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    fetcher = RoundFetcher(LocalCopy(cfg.store_path, tmp_path / "local"))
+    fetcher.take(base + [var])
+    fetcher.ahead(base + [var2], seconds=3600.0)  # an hour for the chunk: it waits, block by block
+    pace = fetcher._pace
+    deadline = time.monotonic() + 60
+    while pace.done == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pace.total == arrays.chunk_bytes([var2])  # the chunk's files (the halo's rows come after)
+    assert 0 < pace.done < pace.total and pace.due() > 0  # the first block came, the rest waits
+    fetcher.ahead(base + [var2], seconds=7200.0)  # budgeted anew, not fetched twice
+    assert fetcher._pace is pace and pace.deadline > pace.t_ref + 7000
+    taken = {}
+    t = threading.Thread(target=lambda: taken.update(view=fetcher.take(base + [var2])), daemon=True)
+    t.start()
+    t.join(120)  # the round starts: the rest at once, not in two hours
+    assert not t.is_alive() and pace.waited > 0
+    assert pace.done == pace.total == arrays.chunk_bytes([var2]) + arrays.halo_bytes(base + [var2])[1]
+    got = fetcher.counts()
+    assert got["fetched"] == got["fetched_ahead"] == arrays.chunk_bytes([var2]) + sum(arrays.halo_bytes(base + [var2]))
+    assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
+                      build_local_graph(taken["view"], base, var2))
+    fetcher.close(remove=True)
+
+
+def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():
+    calls = []
+
+    class Recorder:
+        def ahead(self, owned, seconds=None):
+            calls.append((owned, seconds))
+    s = SimpleNamespace(_ahead=([0, 1, 5], 10), _epoch_seconds=[], fetcher=Recorder())
+    Strategy._pace_ahead(s, 0)  # round 0, epoch 0: no epoch timed yet, so it waits an epoch
+    assert calls == []
+    s._epoch_seconds = [9.0]
+    Strategy._pace_ahead(s, 1)  # 9 epochs before round 1's first (epoch 10), this one included
+    assert calls[-1] == ([0, 1, 5], 8 * 9.0)
+    s._epoch_seconds = [9.0, 2.0]  # the shorter of two
+    Strategy._pace_ahead(s, 2)
+    assert calls[-1][1] == 7 * 2.0
+    s._epoch_seconds = [9.0, 2.0, 3.0]  # the median of three
+    Strategy._pace_ahead(s, 3)
+    assert calls[-1][1] == 6 * 3.0
+    Strategy._pace_ahead(s, 9)  # the last epoch before the round: at once
+    assert calls[-1][1] is None
+    s._ahead, s._epoch_seconds = ([0, 1, 6], 11), []
+    Strategy._pace_ahead(s, 10)  # rounds every epoch, none timed yet: at once
+    assert calls[-1] == ([0, 1, 6], None)
+    s._ahead = None
+    Strategy._pace_ahead(s, 11)  # no round follows
+    assert len(calls) == 5
+
+
 class _FailingCopy(LocalCopy):
     """A LocalCopy whose fetch of one owned set fails (a full disk, say)."""
 
@@ -230,10 +288,10 @@ class _FailingCopy(LocalCopy):
         super().__init__(store, folder)
         self.fails = fails
 
-    def fetch(self, owned, out=None):
+    def fetch(self, owned, out=None, pace=None):
         if list(owned) == self.fails:
             raise OSError("No space left on device")
-        return super().fetch(owned, out)
+        return super().fetch(owned, out, pace)
 
 
 def test_a_failed_fetch_ahead_is_reported_with_the_round_it_was_for(prepared, tmp_path, caplog):

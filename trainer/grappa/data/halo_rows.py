@@ -4,8 +4,8 @@ A mini-batch round reads only the halo rows its sampled neighbourhoods reach, a 
 halo on wide graphs (Coauthor-Physics at P = 8: a few tens of MB a round of the ~1 GB of rows its
 halo references). So a mini-batch round's fetch (local_copy.LocalCopy, rows="sampled") brings the
 halo's structure (ids, chunk, store row, in-degree) and leaves its feature rows in the store: the
-first read of a row fetches it (per chunk, in ascending store row, by the ranged requests of a
-bucket store) into this round's cache file, and every later read in the round is local. A step's
+first read of a row fetches it (in ascending store row per chunk; a bucket store's ranged
+requests for all the chunks a step reaches at once) into this round's cache file, and every later read in the round is local. A step's
 sample and rows are drawn while the step before is in its all-reduce (runtime/worker.py), so the
 fetch overlaps the network wait.
 
@@ -67,21 +67,21 @@ class HaloRows:
         missing = np.unique(positions[self.slot[positions] < 0])
         if not missing.size:
             return
-        chunks = self.chunk[missing]
-        bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True])
         step = max(1, _SLAB // max(1, self.row_bytes))
         self._file.seek(0, 2)
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            k = int(chunks[a])
-            for lo in range(a, b, step):  # ascending positions of one chunk: ascending store rows
-                pos = missing[lo:min(b, lo + step)]
-                block = np.ascontiguousarray(self.copy.read_rows(k, self.row[pos], self.counts),
-                                             dtype=self.dtype)
-                self._file.write(memoryview(block).cast("B"))
-                self.slot[pos] = self.cached + np.arange(pos.size)
-                self.cached += pos.size
-                self.counts.halo_rows += pos.size * self.row_bytes
-                self.counts.on_demand += pos.size * self.row_bytes
+        for lo in range(0, missing.size, step):  # a slab of rows at once, their chunks' requests together
+            pos = missing[lo:lo + step]
+            chunks = self.chunk[pos]
+            bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]).tolist()
+            # ascending positions of one chunk: ascending store rows
+            parts = [pos[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            blocks = self.copy.read_rows([(int(self.chunk[p[0]]), self.row[p]) for p in parts], self.counts)
+            for p, block in zip(parts, blocks):
+                self._file.write(memoryview(np.ascontiguousarray(block, dtype=self.dtype)).cast("B"))
+                self.slot[p] = self.cached + np.arange(p.size)
+                self.cached += p.size
+            self.counts.halo_rows += pos.size * self.row_bytes
+            self.counts.on_demand += pos.size * self.row_bytes
         self._file.flush()
         self._map = None
 

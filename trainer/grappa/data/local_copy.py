@@ -54,6 +54,7 @@ import numpy as np
 from grappa.data.distinct import MAP_BLOCK, distinct
 from grappa.data.errors import ChunkStoreError
 from grappa.data.halo_rows import HaloChunkRows, HaloRows
+from grappa.data.pace import Pace
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
 from grappa.util.files import sha256_of
@@ -155,37 +156,45 @@ class LocalCopy:
                                   f"from manifest.json); {_FIX}")
         return arr
 
-    def _copy_file(self, k: int, name: str, dst: Path) -> int:
+    def _copy_file(self, k: int, name: str, dst: Path, pace: Pace | None = None) -> int:
         """Copy chunk k's file to dst, its data's sha256 checked against the manifest while it
         is read; returns the data bytes read."""
         src = self.store / chunk_dir(k) / name
         h = hashlib.sha256()
+
+        def data(buf) -> None:
+            h.update(buf)
+            if pace is not None:
+                pace.spend(len(buf))
         if self.remote is not None:
             self._store_file(k, name)
             src = f"{self.remote.bucket.where}{chunk_dir(k)}/{name}"
             with open(dst, "wb") as fo:
-                self.remote.copy(f"{chunk_dir(k)}/{name}", fo, h.update)
+                self.remote.copy(f"{chunk_dir(k)}/{name}", fo, data)
         else:
             offset = self._store_file(k, name).offset
             with open(src, "rb") as fi, open(dst, "wb") as fo:
                 fo.write(fi.read(offset))
                 while buf := fi.read(_BLOCK):
-                    h.update(buf)
+                    data(buf)
                     fo.write(buf)
         if h.hexdigest() != self._entry(k, name)["sha256"]:
             raise ChunkStoreError(f"chunk store file {src} is corrupt (sha256 differs from manifest.json); {_FIX}")
         return self._entry(k, name)["data_bytes"]
 
     # -- fetching -------------------------------------------------------------------------------
-    def fetch(self, owned: Sequence[int], out: Fetched | None = None) -> Fetched:
+    def fetch(self, owned: Sequence[int], out: Fetched | None = None, pace: Pace | None = None) -> Fetched:
         """Bring the owned chunks and their halo into the folder (what is there and intact
-        stays); `out` is filled as it goes, so another thread can watch the bytes it holds."""
+        stays); `out` is filled as it goes, so another thread can watch the bytes it holds;
+        `pace` spreads the chunk files' bytes over its budget (a fetch ahead: data/pace.py)."""
         out = out if out is not None else Fetched()
-        for k in owned:
-            if not self._usable_chunk(k):
-                self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, out))
+        todo = [k for k in owned if not self._usable_chunk(k)]
+        if pace is not None:
+            pace.begin(sum(self._entry(k, name)["data_bytes"] for k in todo for name in CHUNK_FILES))
+        for k in todo:
+            self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, out, pace))
         if not self._usable_halo(owned):
-            self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out))
+            self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out, pace))
         return out
 
     def _atomically(self, name: str, write) -> None:
@@ -204,11 +213,11 @@ class LocalCopy:
         # pod's emptyDir with it, and a local folder's copies are checked again on reuse.
         self._checked.add(name)
 
-    def _fetch_chunk(self, k: int, tmp: Path, out: Fetched) -> None:
+    def _fetch_chunk(self, k: int, tmp: Path, out: Fetched, pace: Pace | None) -> None:
         for name in CHUNK_FILES:
-            out.chunk_files += self._copy_file(k, name, tmp / name)
+            out.chunk_files += self._copy_file(k, name, tmp / name, pace)
 
-    def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched) -> None:
+    def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched, pace: Pace | None = None) -> None:
         owned = list(owned)
         # The halo from the owned chunks' local copies, as build_local_graph finds it.
         uniq = distinct([map_npy(self.folder / chunk_dir(k) / "indices.npy") for k in owned])
@@ -233,6 +242,9 @@ class LocalCopy:
         x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \
             if ids.size and not self.sampled else None
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
+        row_bytes = nf * x_dtype.itemsize
+        if pace is not None and x_out is not None:  # the rows are paced too (the index is small)
+            pace.begin(ids.size * row_bytes)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
             nodes = self._read_all(k, "nodes.npy")  # read whole: the rows are searched
@@ -250,7 +262,6 @@ class LocalCopy:
             del nodes
             if x_out is None:  # rows="sampled": the steps fetch the rows they read (halo_rows.py)
                 continue
-            row_bytes = nf * x_dtype.itemsize
             step = max(1, _SLAB // max(1, row_bytes))
             for lo in range(0, rows.size, step):  # ascending rows: sequential reads
                 slab = self._take(k, "x.npy", rows[lo:lo + step], out)
@@ -258,6 +269,8 @@ class LocalCopy:
                 x_out[a + lo:a + lo + slab.shape[0]] = slab
                 out.halo_rows += slab.shape[0] * row_bytes
                 out.drop(slab)
+                if pace is not None:
+                    pace.spend(slab.shape[0] * row_bytes)
         if x_out is not None:
             x_out.flush()
             del x_out
@@ -277,9 +290,16 @@ class LocalCopy:
             return self.remote.read_all(f"{chunk_dir(k)}/{name}")
         return np.array(self._store_file(k, name))
 
-    def read_rows(self, k: int, rows: np.ndarray, out: Fetched) -> np.ndarray:
-        """Feature rows `rows` (ascending, distinct) of chunk k, from the store."""
-        return self._take(k, "x.npy", rows, out)
+    def read_rows(self, reads: Sequence[tuple[int, np.ndarray]], out: Fetched) -> list[np.ndarray]:
+        """Feature rows of several chunks from the store: per (chunk k, rows ascending and
+        distinct), those rows; a bucket's requests all at once (s3.source.S3Source.take_many)."""
+        if self.remote is None:
+            return [self._take(k, "x.npy", rows, out) for k, rows in reads]
+        for k, _ in reads:
+            self._store_file(k, "x.npy")
+        blocks, over = self.remote.take_many([(f"{chunk_dir(k)}/x.npy", rows) for k, rows in reads])
+        out.over_read += over
+        return blocks
 
     def _take(self, k: int, name: str, idx: np.ndarray, out: Fetched) -> np.ndarray:
         """Rows idx (ascending, distinct) of chunk k's file; a bucket's gap bytes into out."""

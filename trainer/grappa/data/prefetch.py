@@ -3,8 +3,12 @@
 The round schedule is known in advance (round t's variable chunk follows from t and the partition
 seed: strategies/grappa/rounds.py), so once round t has its data, `ahead(owned of t + 1)` fetches
 round t + 1's in one background thread (local_copy.LocalCopy.fetch), and round t + 1's `take`
-only waits for what is left of it. A `take` for anything else (a schedule that changed) fetches
-on demand, as `take` does when nothing was fetched ahead (storage.fetch: on-demand).
+only waits for what is left of it. The fetch ahead is paced (data/pace.py) to end about an epoch
+before the next round: the worker gives the budget (`ahead(owned, seconds)`, again as its epochs
+go), so the whole of the next round's chunks never crosses the link in the epoch that starts a
+round (P workers' variable chunks through one store's link); `take` lifts the pace. A `take` for
+anything else (a schedule that changed) fetches on demand, as `take` does when nothing was
+fetched ahead (storage.fetch: on-demand).
 
 Bounded: the folder holds at most two rounds' data, the current one's and the next one's (base
 chunks, shared, once), everything else evicted at each `take`; the background fetch holds one
@@ -26,6 +30,7 @@ import threading
 from typing import Optional, Sequence
 
 from grappa.data.local_copy import Fetched, LocalCopy, LocalView
+from grappa.data.pace import Pace
 
 log = logging.getLogger("grappa.data.prefetch")
 
@@ -39,6 +44,7 @@ class RoundFetcher:
         self._next: Optional[list[int]] = None
         self._next_fetched = Fetched()
         self._thread: Optional[threading.Thread] = None
+        self._pace: Optional[Pace] = None
         self._error: Optional[BaseException] = None
         # (prefetch_disk, prefetch_memory) of fetches ahead that completed since the last counts()
         self._completed = (0, 0)
@@ -47,7 +53,7 @@ class RoundFetcher:
     def take(self, owned: Sequence[int]) -> LocalView:
         """The round of `owned` starts: its data local (fetched ahead, or now), the rest evicted."""
         owned = list(owned)
-        self._join()
+        self._join()  # at full speed: the round starts now
         if self._next == owned and self._error is None:
             self._round, self._round_ahead = self._next_fetched, self._next_fetched.total
         else:
@@ -64,18 +70,24 @@ class RoundFetcher:
         self.copy.evict(self.copy.entries(owned))
         return self.copy.view(owned, self._round)  # a sampled round's rows add to its counts
 
-    def ahead(self, owned: Sequence[int]) -> None:
-        """Start fetching the next round's data in the background."""
+    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None) -> None:
+        """Fetch the next round's data in the background, its chunk files spread over `seconds`
+        from now (None: at once); called again for the same data, the budget is set anew."""
         owned = list(owned)
-        if owned == self.current or self._thread is not None:
+        if self._thread is not None:
+            if owned == self._next and self._pace is not None:
+                self._pace.retarget(seconds)
+            return
+        if owned == self.current:
             return
         self._next, self._next_fetched = owned, Fetched()
         fetched = self._next_fetched
         current = self.copy.entries(self.current) if self.current is not None else set()
+        self._pace = pace = Pace(seconds)
 
         def run() -> None:
             try:
-                self.copy.fetch(owned, fetched)
+                self.copy.fetch(owned, fetched, pace)
             except BaseException as err:  # noqa: BLE001 - reported by the next take
                 self._error = err
                 return
@@ -87,8 +99,12 @@ class RoundFetcher:
 
     def _join(self) -> None:
         if self._thread is not None:
+            self._pace.release()
             self._thread.join()
-            self._thread = None
+            if self._pace.waited:
+                log.info("the fetch ahead of chunks %s waited %.1f s in all to keep to its budget",
+                         self._next, self._pace.waited)
+            self._thread, self._pace = None, None
 
     def counts(self) -> dict[str, int]:
         """The current round's local_graph.FETCH_COUNTS, live (the background fetch goes on);

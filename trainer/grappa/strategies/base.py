@@ -71,6 +71,9 @@ class Strategy(ABC):
             h == "as-read" or (h == "auto" and rows_as_read(store.manifest))) else "all"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
             LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
+        self._ahead: Optional[tuple[list[int], int]] = None  # the next round's owned set, first epoch
+        self._epoch_started: Optional[float] = None
+        self._epoch_seconds: list[float] = []  # this worker's epochs so far, the last few
 
     def variable_chunk(self, decision: RoundDecision) -> Optional[int]:
         """The chunk this worker holds beside its base chunks in `decision`'s round."""
@@ -90,13 +93,28 @@ class Strategy(ABC):
             nxt = self.next_round(decision) if self.cfg.storage.fetch == "prefetch" else None
             if nxt is not None:  # after the round's own work, so it overlaps training only
                 var_next = self.variable_chunk(nxt)
-                self.fetcher.ahead(self.base + ([var_next] if var_next is not None else []))
+                self._ahead = (self.base + ([var_next] if var_next is not None else []), nxt.effective_epoch)
+                self._pace_ahead(decision.effective_epoch)
         seeds = self.examples()
         log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
                  decision.round, var, g.num_nodes, g.num_halo, g.num_edges,
                  coverage_sum / seeds.numel() if seeds.numel() else float("nan"))
         return RoundStats(coverage_sum, int(seeds.numel()), g.num_nodes, g.num_halo, g.num_edges,
                           time.perf_counter() - t0)
+
+    def _pace_ahead(self, epoch: int) -> None:
+        """Start, or budget anew, the fetch of the next round's data as `epoch` begins: spread
+        over the epochs before the next round's but one, at the median of this worker's last
+        three epochs (the shorter of two: better early than late; data/prefetch.py). Before
+        any epoch is timed it waits an epoch, unless the next round is the next epoch."""
+        if self._ahead is None:
+            return
+        owned, start = self._ahead
+        left = start - epoch  # epochs before the next round's first, this one included
+        recent = sorted(self._epoch_seconds[-3:])
+        if not recent and left > 1:
+            return
+        self.fetcher.ahead(owned, (left - 1) * recent[(len(recent) - 1) // 2] if left > 1 else None)
 
     def next_round(self, decision: RoundDecision) -> Optional[RoundDecision]:
         """The round after `decision`'s, as the aggregator (or the operator) will decide it, or
@@ -113,6 +131,7 @@ class Strategy(ABC):
     def end_round(self) -> None:
         """Drop what the finished round's steps used (a strategy that repartitions extends it)."""
         self.graph = None
+        self._ahead = None
 
     def close(self, done: bool) -> None:
         """The worker leaves: wait for a background fetch; `done` (the job finished): remove the
@@ -133,6 +152,11 @@ class Strategy(ABC):
     def start_epoch(self, epoch: int) -> list[Tensor]:
         """Seeds the RNGs for this epoch (dropout, sampling) and returns its batches of seeds."""
         self.step = epoch  # the global step in full-graph mode
+        now = time.perf_counter()
+        if self._epoch_started is not None:
+            self._epoch_seconds = (self._epoch_seconds + [now - self._epoch_started])[-3:]
+        self._epoch_started = now
+        self._pace_ahead(epoch)
         s = epoch_seed(self.cfg.training.seed, self.rank, epoch)
         self.gen = torch.Generator().manual_seed(s)
         torch.manual_seed(s)  # dropout masks

@@ -4,7 +4,9 @@ A chunk file copied whole is one GET, streamed. Scattered rows (a halo's feature
 entries) are read as ranges: rows whose gap is at most GAP_BYTES are read together in one
 request, since a request costs a round trip and the gap's bytes cost less below that; the gap
 bytes read are counted apart (`over_read`), so the counts say what crossed the link. Ranges are
-requested by PARALLEL threads at once, in ascending order of offset.
+requested by PARALLEL threads at once, in ascending order of offset, those of several files
+together (`take_many`: a step's new halo rows lie in many chunks, a few in each, and requested
+file by file they would wait for one another's round trips).
 
 A file's .npy header is read once per process (its first HEADER_PROBE bytes, more if longer)
 and checked against the manifest like a local file's.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import io
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -77,32 +79,43 @@ class S3Source:
 
     def take(self, rel: str, idx: np.ndarray) -> tuple[np.ndarray, int]:
         """Rows idx (ascending, distinct) of the object's array, and the gap bytes read besides."""
-        dtype, shape, offset = self.header(rel)
-        row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-        out = np.empty((idx.size, *shape[1:]), dtype=dtype)
-        if not idx.size:
-            return out, 0
-        if idx[-1] >= shape[0] or idx[0] < 0:
-            raise ChunkStoreError(f"row {int(idx[-1])} is past {self.bucket.where}{rel}'s {shape[0]} rows")
-        # runs of rows read together: a new run where the gap exceeds GAP_BYTES or the run MAX_RANGE
-        gap_rows = max(1, GAP_BYTES // max(row, 1))
-        cut = np.flatnonzero(np.diff(idx) > gap_rows) + 1
-        runs = []  # (first index into idx, last + 1)
-        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, idx.size].tolist()):
-            while a < b:  # split a run longer than MAX_RANGE
-                end = int(np.searchsorted(idx, idx[a] + max(1, MAX_RANGE // max(row, 1)), "left"))
-                end = min(b, max(end, a + 1))
-                runs.append((a, end))
-                a = end
+        (rows,), over = self.take_many([(rel, idx)])
+        return rows, over
 
-        def fetch(run: tuple[int, int]) -> int:
-            a, b = run
+    def take_many(self, reads: Sequence[tuple[str, np.ndarray]]) -> tuple[list[np.ndarray], int]:
+        """take() of several objects, their ranges requested together; the rows of each, and the
+        gap bytes read besides."""
+        outs, runs = [], []  # runs: (which read, first index into its idx, last + 1)
+        for i, (rel, idx) in enumerate(reads):
+            dtype, shape, offset = self.header(rel)
+            row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+            outs.append(np.empty((idx.size, *shape[1:]), dtype=dtype))
+            if not idx.size:
+                continue
+            if idx[-1] >= shape[0] or idx[0] < 0:
+                raise ChunkStoreError(f"row {int(idx[-1])} is past {self.bucket.where}{rel}'s {shape[0]} rows")
+            # a new run where the gap exceeds GAP_BYTES or the run MAX_RANGE
+            gap_rows = max(1, GAP_BYTES // max(row, 1))
+            cut = np.flatnonzero(np.diff(idx) > gap_rows) + 1
+            for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, idx.size].tolist()):
+                while a < b:  # split a run longer than MAX_RANGE
+                    end = int(np.searchsorted(idx, idx[a] + max(1, MAX_RANGE // max(row, 1)), "left"))
+                    end = min(b, max(end, a + 1))
+                    runs.append((i, a, end))
+                    a = end
+
+        def fetch(run: tuple[int, int, int]) -> int:
+            i, a, b = run
+            rel, idx = reads[i]
+            dtype, shape, offset = self.header(rel)
+            row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
             lo, hi = int(idx[a]), int(idx[b - 1]) + 1
             buf = np.frombuffer(self.bucket.get(rel, offset + lo * row, (hi - lo) * row), dtype=dtype)
-            block = buf.reshape((hi - lo, *shape[1:]))
-            out[a:b] = block[idx[a:b] - lo]
+            outs[i][a:b] = buf.reshape((hi - lo, *shape[1:]))[idx[a:b] - lo]
             return (hi - lo - (b - a)) * row
 
+        if not runs:
+            return outs, 0
         with ThreadPoolExecutor(min(PARALLEL, len(runs))) as pool:
             over = sum(pool.map(fetch, runs))
-        return out, over
+        return outs, over

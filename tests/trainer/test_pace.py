@@ -1,0 +1,72 @@
+"""data/pace.py: a fetch ahead spread over its budget (issue 37: a round boundary costs little
+more than a steady epoch), on a clock of the test's own, so nothing here depends on the machine's
+speed: the waits a paced fetch asks for, a budget set anew, and a release that ends the waiting."""
+import threading
+
+import pytest
+
+from grappa.data.pace import Pace
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def test_a_fetch_keeps_to_its_budget_block_by_block():
+    c = Clock()
+    p = Pace(10.0, clock=c, sleep=c.sleep)
+    p.begin(1000)
+    p.spend(100)  # a tenth of the bytes at once: waits until a tenth of the budget has passed
+    assert c.now == pytest.approx(101.0)
+    c.now += 5.0  # the fetch fell behind (the link was busy): the next block does not wait
+    p.spend(300)
+    assert c.now == pytest.approx(106.0)
+    p.spend(600)  # all of it: not before the budget's end
+    assert c.now == pytest.approx(110.0)
+    assert p.waited == pytest.approx(1.0 + 4.0)
+    assert max(c.slept) <= 1.0  # in steps of a second at most, so a new budget is seen soon
+
+
+def test_a_new_budget_spreads_the_rest_and_more_bytes_join_it():
+    c = Clock()
+    p = Pace(100.0, clock=c, sleep=c.sleep)
+    p.begin(1000)
+    p.spend(500)
+    assert c.now == pytest.approx(150.0)
+    p.retarget(10.0)  # the worker's epochs turned out shorter: the other half in 10 s from now
+    p.spend(250)
+    assert c.now == pytest.approx(155.0)
+    p.begin(500)  # then rows it did not know of (the halo's): they join the rest, by the same deadline
+    p.spend(250)  # a quarter of what was left at the new budget: not ahead of it, no wait
+    assert c.now == pytest.approx(155.0)
+    p.spend(500)
+    assert c.now == pytest.approx(160.0)
+    p.retarget(None)  # no budget: at once
+    p.begin(100)
+    p.spend(100)
+    assert c.now == pytest.approx(160.0)
+
+
+def test_release_lets_a_waiting_fetch_go_at_once():
+    p = Pace(3600.0)  # the real clock: an hour for the bytes
+    p.begin(10)
+    done = threading.Event()
+
+    def fetch() -> None:
+        p.spend(10)
+        done.set()
+    t = threading.Thread(target=fetch, daemon=True)
+    t.start()
+    assert not done.wait(0.3)  # waiting for its budget
+    p.release()  # the round needs the data now
+    assert done.wait(60)
+    assert p.due() == 0.0
