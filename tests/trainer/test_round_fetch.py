@@ -131,11 +131,11 @@ def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
     assert all(local.store_reads()[k] == 0 for k in FETCH_COUNTS)  # nothing wired: zeros
 
 
-def test_a_sampled_round_fetches_the_halo_structure_then_each_row_when_first_read(prepared, tmp_path):
+def test_an_as_read_round_fetches_the_halo_structure_then_each_row_when_first_read(prepared, tmp_path):
     cfg, arrays = prepared
     base, var, _ = owned_sets()
     owned = base + [var]
-    copy = LocalCopy(cfg.store_path, tmp_path / "local", rows="sampled")
+    copy = LocalCopy(cfg.store_path, tmp_path / "local", rows="as-read")
     got = copy.fetch(owned)
     index, rows_bytes = arrays.halo_bytes(owned)
     assert (got.chunk_files, got.halo_index, got.halo_rows, got.on_demand) == \
@@ -164,7 +164,7 @@ def test_a_sampled_round_fetches_the_halo_structure_then_each_row_when_first_rea
     assert cache.stat().st_size == rows_bytes
 
     # another process's rows are never used: a new LocalCopy removes them; its structure stays
-    again = LocalCopy(cfg.store_path, tmp_path / "local", rows="sampled")
+    again = LocalCopy(cfg.store_path, tmp_path / "local", rows="as-read")
     assert not (tmp_path / "local" / rows_key(owned)).exists()
     assert again.fetch(owned).total == 0
     # a halo fetched for the other mode is not taken for this one's: fetched again

@@ -2,7 +2,7 @@
 
 A mini-batch round reads only the halo rows its sampled neighbourhoods reach, a small part of the
 halo on wide graphs (Coauthor-Physics at P = 8: a few tens of MB a round of the ~1 GB of rows its
-halo references). So a mini-batch round's fetch (local_copy.LocalCopy, rows="sampled") brings the
+halo references). So a mini-batch round's fetch (local_copy.LocalCopy, rows="as-read") brings the
 halo's structure (ids, chunk, store row, in-degree) and leaves its feature rows in the store: the
 first read of a row fetches it (in ascending store row per chunk; a bucket store's ranged
 requests for all the chunks a step reaches at once) into this round's cache file, and every later read in the round is local. A step's

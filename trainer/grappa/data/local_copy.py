@@ -5,7 +5,7 @@ nodes outside them that their in-edges reach, each with its feature row and glob
 `LocalCopy.fetch(owned)` brings both from the chunk store into the worker's folder (an emptyDir
 in a pod, a scratch folder locally); `view(owned)` serves them to local_graph.build_local_graph in
 the store's place, which builds the same local graph and reads the same rows from them. A
-mini-batch round (rows="sampled") reads a small part of its halo's rows, so its fetch brings the
+mini-batch round (rows="as-read") reads a small part of its halo's rows, so its fetch brings the
 halo's structure only and each row comes when a step first reads it (data/halo_rows.py).
 
 Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
@@ -13,7 +13,7 @@ Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
     halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
                   indptr entries at r and r + 1 for each halo row r (each entry once)
     halo_rows   = halo rows x row bytes (num_features x the store's feature itemsize); with
-                  rows="sampled", the rows the steps read, each once a round (`on_demand` too)
+                  rows="as-read", the rows the steps read, each once a round (`on_demand` too)
     over_read   = a store in a bucket (storage.s3, data/s3/source.py) only: bytes between rows
                   read in the same ranged request
 A chunk already copied is not read again: base chunks are fetched once per job. From a bucket
@@ -37,7 +37,7 @@ Folder layout:
     halo-<key>/row.npy       int64 [h] the row of each in its chunk's files
     halo-<key>/x.npy         [h, f] feature rows, in the store's dtype (rows="all" only)
     halo-<key>/fetched.json  what the folder was fetched for and each file's size and sha256
-    rows-<key>/x.bin         rows="sampled": the halo rows the round's steps read so far (halo_rows.py)
+    rows-<key>/x.bin         rows="as-read": the halo rows the round's steps read so far (halo_rows.py)
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ _BLOCK = 1 << 22      # bytes per read when copying a file
 _SLAB = 1 << 23       # bytes of feature rows gathered at once
 _TMP = ".tmp-"
 HALO_FILES = ("ids.npy", "chunk.npy", "deg.npy", "row.npy", "x.npy")
-ROW_MODES = ("all", "sampled")  # a halo's rows fetched with it, or as the steps read them
+ROW_MODES = ("all", "as-read")  # a halo's rows fetched with it, or as the steps read them
 _ROWS = "rows-"
 _FIX = "the store must be re-prepared (delete it and run `grappa prepare`)"
 
@@ -77,7 +77,7 @@ class Fetched:
     halo_index: int = 0
     halo_rows: int = 0
     over_read: int = 0
-    on_demand: int = 0  # of halo_rows, those fetched as the steps read them (rows="sampled")
+    on_demand: int = 0  # of halo_rows, those fetched as the steps read them (rows="as-read")
     memory_peak: int = 0
     memory_now: int = 0
 
@@ -102,7 +102,7 @@ def halo_key(owned: Sequence[int]) -> str:
 
 
 def rows_key(owned: Sequence[int]) -> str:
-    """The folder of a sampled round's rows fetched as read (this process's own)."""
+    """The folder of a round's rows fetched as read (this process's own)."""
     return _ROWS + halo_key(owned)[len("halo-"):]
 
 
@@ -114,8 +114,8 @@ class LocalCopy:
             raise ValueError(f"rows must be one of {ROW_MODES}, not {rows!r}")
         self.store = Path(store_path)
         self.folder = Path(folder)
-        self.sampled = rows == "sampled"
-        self.halo_files = HALO_FILES[:-1] if self.sampled else HALO_FILES
+        self.as_read = rows == "as-read"
+        self.halo_files = HALO_FILES[:-1] if self.as_read else HALO_FILES
         self.remote = None
         if remote is not None:  # a data.s3 Bucket: storeDir is its mirror, holding the manifest
             from grappa.data.s3.source import S3Source
@@ -237,10 +237,10 @@ class LocalCopy:
         out.hold(store_row)
         x_dtype = np.dtype(self._entry(owned[0], "x.npy")["dtype"]) if owned else np.dtype(np.float32)
         nf = int(self.manifest["num_features"])
-        if not ids.size and not self.sampled:  # no halo (one worker, or every chunk owned): an empty x.npy
+        if not ids.size and not self.as_read:  # no halo (one worker, or every chunk owned): an empty x.npy
             np.save(tmp / "x.npy", np.empty((0, nf), dtype=x_dtype))
         x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \
-            if ids.size and not self.sampled else None
+            if ids.size and not self.as_read else None
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
         row_bytes = nf * x_dtype.itemsize
         if pace is not None and x_out is not None:  # the rows are paced too (the index is small)
@@ -260,7 +260,7 @@ class LocalCopy:
             out.halo_index += nodes.nbytes + ends.nbytes
             out.drop(nodes)
             del nodes
-            if x_out is None:  # rows="sampled": the steps fetch the rows they read (halo_rows.py)
+            if x_out is None:  # rows="as-read": the steps fetch the rows they read (halo_rows.py)
                 continue
             step = max(1, _SLAB // max(1, row_bytes))
             for lo in range(0, rows.size, step):  # ascending rows: sequential reads
@@ -355,7 +355,7 @@ class LocalCopy:
 
     # -- use and upkeep --------------------------------------------------------------------------
     def view(self, owned: Sequence[int], counts: Fetched | None = None) -> "LocalView":
-        """The round of `owned` (fetched); `counts` grows by the rows a sampled round fetches."""
+        """The round of `owned` (fetched); `counts` grows by the rows an as-read round fetches."""
         return LocalView(self, owned, counts if counts is not None else Fetched())
 
     def entries(self, owned: Sequence[int]) -> set[str]:
@@ -388,7 +388,7 @@ class LocalView:
     """What build_local_graph reads of the store, served from a LocalCopy: an owned chunk's maps
     are its copies; any other chunk's are its halo rows only, in ascending id (nodes, x, and an
     indptr whose differences are their degrees), so a row found by searching nodes is the same
-    node's row, and the degree the same, as in the store. A sampled round's halo rows come from
+    node's row, and the degree the same, as in the store. An as-read round's halo rows come from
     the store as they are read (halo_rows.HaloRows)."""
 
     def __init__(self, copy: LocalCopy, owned: Sequence[int], counts: Fetched) -> None:
@@ -398,7 +398,7 @@ class LocalView:
         self.folder, self.owned = copy.folder, set(owned)
         halo = copy.folder / halo_key(owned)
         self._halo = {f[:-4]: map_npy(halo / f) for f in copy.halo_files}
-        self.rows = HaloRows(copy, halo, copy.folder / rows_key(owned), counts) if copy.sampled else None
+        self.rows = HaloRows(copy, halo, copy.folder / rows_key(owned), counts) if copy.as_read else None
         self._maps: dict[int, dict[str, np.ndarray]] = {}
 
     def chunk_maps(self, k: int) -> dict[str, np.ndarray]:

@@ -68,7 +68,7 @@ class RoundFetcher:
         self._next, self._next_fetched, self._error = None, Fetched(), None
         self.current = owned
         self.copy.evict(self.copy.entries(owned))
-        return self.copy.view(owned, self._round)  # a sampled round's rows add to its counts
+        return self.copy.view(owned, self._round)  # an as-read round's rows add to its counts
 
     def ahead(self, owned: Sequence[int], seconds: Optional[float] = None) -> None:
         """Fetch the next round's data in the background, its chunk files spread over `seconds`

@@ -67,7 +67,7 @@ class Strategy(ABC):
         # storage.fetch: the round's data read from a worker-local copy (data/prefetch.py); a
         # mini-batch round's steps read few of its halo's rows: wide ones come as read (data/halo_rows.py)
         h = cfg.storage.halo_rows
-        rows = "sampled" if cfg.training.mode == "mini-batch" and (
+        rows = "as-read" if cfg.training.mode == "mini-batch" and (
             h == "as-read" or (h == "auto" and rows_as_read(store.manifest))) else "all"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
             LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
