@@ -259,8 +259,8 @@ def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():
     class Recorder:
         def ahead(self, owned, seconds=None):
             calls.append((owned, seconds))
-    s = SimpleNamespace(_ahead=([0, 1, 5], 10), _epoch_seconds=[], fetcher=Recorder())
-    Strategy._pace_ahead(s, 0)  # round 0, epoch 0: no epoch timed yet, so it waits an epoch
+    s = SimpleNamespace(_ahead=([0, 1, 5], 10, 0), _epoch_seconds=[], fetcher=Recorder())
+    Strategy._pace_ahead(s, 0)  # round 0's first epoch: not during it
     assert calls == []
     s._epoch_seconds = [9.0]
     Strategy._pace_ahead(s, 1)  # 9 epochs before round 1's first (epoch 10), this one included
@@ -273,12 +273,17 @@ def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():
     assert calls[-1][1] == 6 * 3.0
     Strategy._pace_ahead(s, 9)  # the last epoch before the round: at once
     assert calls[-1][1] is None
-    s._ahead, s._epoch_seconds = ([0, 1, 6], 11), []
-    Strategy._pace_ahead(s, 10)  # rounds every epoch, none timed yet: at once
+    s._ahead, s._epoch_seconds = ([0, 1, 6], 12, 10), [2.0, 2.0, 2.0]
+    Strategy._pace_ahead(s, 10)  # round 1's first epoch (its set-up and its new halo's rows): not yet
+    assert len(calls) == 4
+    Strategy._pace_ahead(s, 11)  # rounds every 2: in the round's second epoch, at once
     assert calls[-1] == ([0, 1, 6], None)
+    s._ahead, s._epoch_seconds = ([0, 1, 7], 1, 0), []
+    Strategy._pace_ahead(s, 0)  # rounds every epoch: in the round's only epoch, at once
+    assert calls[-1] == ([0, 1, 7], None)
     s._ahead = None
-    Strategy._pace_ahead(s, 11)  # no round follows
-    assert len(calls) == 5
+    Strategy._pace_ahead(s, 12)  # no round follows
+    assert len(calls) == 6
 
 
 class _FailingCopy(LocalCopy):

@@ -71,7 +71,8 @@ class Strategy(ABC):
             h == "as-read" or (h == "auto" and rows_as_read(store.manifest))) else "all"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
             LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
-        self._ahead: Optional[tuple[list[int], int]] = None  # the next round's owned set, first epoch
+        # the next round's owned set and first epoch, and this round's first epoch
+        self._ahead: Optional[tuple[list[int], int, int]] = None
         self._epoch_started: Optional[float] = None
         self._epoch_seconds: list[float] = []  # this worker's epochs so far, the last few
 
@@ -93,8 +94,9 @@ class Strategy(ABC):
             nxt = self.next_round(decision) if self.cfg.storage.fetch == "prefetch" else None
             if nxt is not None:  # after the round's own work, so it overlaps training only
                 var_next = self.variable_chunk(nxt)
-                self._ahead = (self.base + ([var_next] if var_next is not None else []), nxt.effective_epoch)
-                self._pace_ahead(decision.effective_epoch)
+                # started by start_epoch, after this round's first epoch
+                self._ahead = (self.base + ([var_next] if var_next is not None else []), nxt.effective_epoch,
+                               decision.effective_epoch)
         seeds = self.examples()
         log.info("round %d: variable chunk %s, %d nodes (%d halo), %d edges, mean coverage %.3f",
                  decision.round, var, g.num_nodes, g.num_halo, g.num_edges,
@@ -103,16 +105,17 @@ class Strategy(ABC):
                           time.perf_counter() - t0)
 
     def _pace_ahead(self, epoch: int) -> None:
-        """Start, or budget anew, the fetch of the next round's data as `epoch` begins: spread
-        over the epochs before the next round's but one, at the median of this worker's last
-        three epochs (the shorter of two: better early than late; data/prefetch.py). Before
-        any epoch is timed it waits an epoch, unless the next round is the next epoch."""
+        """Start, or budget anew, the fetch of the next round's data as `epoch` begins: from
+        the round's second epoch on (its first reads a new halo's rows and has the round's
+        set-up), unless it has one epoch only; spread over the epochs before the next round's
+        but one, at the median of this worker's last three epochs (the shorter of two: better
+        early than late; data/prefetch.py)."""
         if self._ahead is None:
             return
-        owned, start = self._ahead
+        owned, start, first = self._ahead
         left = start - epoch  # epochs before the next round's first, this one included
         recent = sorted(self._epoch_seconds[-3:])
-        if not recent and left > 1:
+        if (epoch <= first and start - first > 1) or (not recent and left > 1):
             return
         self.fetcher.ahead(owned, (left - 1) * recent[(len(recent) - 1) // 2] if left > 1 else None)
 
