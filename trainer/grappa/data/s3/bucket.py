@@ -15,7 +15,6 @@ from grappa.config import S3Config
 from grappa.data.errors import ChunkStoreError
 
 _CONNECT_S, _READ_S = 3, 60
-POOL = 40  # connections: source.PARALLEL ranged reads at once, beside a fetch ahead's stream
 
 
 class S3Error(ChunkStoreError):
@@ -35,7 +34,7 @@ class Bucket:
             "s3", endpoint_url=cfg.endpoint, region_name=cfg.region,
             config=Config(connect_timeout=_CONNECT_S, read_timeout=_READ_S,
                           retries={"max_attempts": 2, "mode": "standard"},
-                          s3={"addressing_style": "path"}, max_pool_connections=POOL))
+                          s3={"addressing_style": "path"}, max_pool_connections=16))
         self._lock = threading.Lock()
         self.bytes_received = 0  # body bytes of every GET, for the fetch path's counts
 

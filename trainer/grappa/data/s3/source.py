@@ -24,7 +24,7 @@ from grappa.data.s3.bucket import Bucket
 
 GAP_BYTES = 1 << 16
 MAX_RANGE = 1 << 23   # bytes a request at most (a long run of rows is split)
-PARALLEL = 32  # a step's new rows as read are a request each (Physics's 33.7 kB rows): round trips overlap
+PARALLEL = 8
 HEADER_PROBE = 256  # np.save's headers are 128 bytes for any array the store holds
 
 
