@@ -9,7 +9,8 @@ step runs on -> the feature rows they read.
 | the chunk store: seeded random chunks, written once (`preparation.py`, `writer.py`), read by every rank (`chunk_store.py`) | `store/` |
 | a worker's local graph for a round (base + variable chunk + halo, CSR) | `local_graph.py` (`distinct.py`: the sorted distinct ids it and the fetch find) |
 | a round's data fetched from the store into worker-local storage (one counted, atomic path), and read from there | `local_copy.py` |
-| the next round's data fetched in the background while the current round trains (bounded disk and memory, reported) | `prefetch.py` |
+| the next round's data fetched in the background while the current round trains (bounded disk and memory, reported), paced over the round's epochs | `prefetch.py`, `pace.py` |
+| a mini-batch round's halo rows fetched as its steps first read them | `halo_rows.py` (a bucket's ranged reads: `s3/`) |
 | blocks: what one layer runs on, cut for the seeds or sampled | `blocks.py`, `sampling/` |
 | feature rows, read from the store's memory maps on demand | `feature_rows.py` |
 | per-layer row files of every node (layer-wise inference, exact evaluation) | `rowfiles.py` |

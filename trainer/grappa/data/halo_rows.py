@@ -5,9 +5,9 @@ halo on wide graphs (Coauthor-Physics at P = 8: a few tens of MB a round of the 
 halo references). So a mini-batch round's fetch (local_copy.LocalCopy, rows="as-read") brings the
 halo's structure (ids, chunk, store row, in-degree) and leaves its feature rows in the store: the
 first read of a row fetches it (in ascending store row per chunk; a bucket store's ranged
-requests for all the chunks a step reaches at once) into this round's cache file, and every later read in the round is local. A step's
-sample and rows are drawn while the step before is in its all-reduce (runtime/worker.py), so the
-fetch overlaps the network wait.
+requests for all the chunks a step reaches at once) into this round's cache file, and every
+later read in the round is local. A step's sample and rows are drawn while the step before is in
+its all-reduce (runtime/worker.py), so the fetch overlaps the network wait.
 
 By default only for wide rows (storage.haloRows auto: `rows_as_read`): a bucket store reads rows
 closer than GAP_BYTES in one request, so a halo of narrow rows comes whole in a few requests a
