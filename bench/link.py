@@ -13,9 +13,11 @@ the `link` section), test metrics at the epoch of best validation MRR:
   measured against (tests/trainer/test_link_prediction.py checks that Grappa's gradient at P = 1
   equals this single process's on the same batch and negatives).
 - `full`: strategy full (remote activations every step, fixed partitions) at P = 4 and 8.
-- Grappa at P = 4 and 8 in four variants: `grappa` (edge coverage correction + repartition rounds
-  every 10 epochs, the defaults), `no-correction` (rounds, correction none), `no-rounds`
-  (correction, fixed partitions), `neither`.
+- Grappa at P = 4 and 8 in six variants: `grappa` (edge coverage correction + repartition rounds
+  every 10 epochs + the halo's owned in-neighbours, `grappa.halo: neighbours`: the defaults),
+  `cut-halo` (the same with the halo cut, as the method paper has it), `self-halo` (the halo from
+  copies of the node itself), `no-correction` (rounds, correction none), `no-rounds` (correction,
+  fixed partitions), `neither`.
 
 Every multi-worker cell is a real local job (`python -m grappa train --config`: aggregator + P
 worker processes; the in-process simulation serves node classification only), so it records the
@@ -53,6 +55,8 @@ ROUND_EVERY = 10
 EVAL_SLICE = 1000  # positives scored at once by the single process (1,000 x 1,000 negatives x 128 floats: 0.5 GB)
 VARIANTS = {  # method: the grappa section of its config
     "grappa": {"correction": "node", "rounds": {"every": ROUND_EVERY}},
+    "cut-halo": {"correction": "node", "rounds": {"every": ROUND_EVERY}, "halo": "cut"},
+    "self-halo": {"correction": "node", "rounds": {"every": ROUND_EVERY}, "halo": "self"},
     "no-correction": {"correction": "none", "rounds": {"every": ROUND_EVERY}},
     "no-rounds": {"correction": "node", "rounds": {"every": 0}},
     "neither": {"correction": "none", "rounds": {"every": 0}},
@@ -88,7 +92,15 @@ def config(dataset: str, method: str, partitions: int, layers: int, args, work: 
 
 
 # a stored cell measured with other values of these is measured again (its key holds lr and seed)
-TRAINED_BY = ("epochs", "arch", "hidden", "dropout")
+TRAINED_BY = ("epochs", "arch", "hidden", "dropout", "halo")
+
+
+def halo_of(doc: dict) -> str | None:
+    """How the cell's halo rows enter a layer (grappa.halo resolved; None: no halo, not grappa)."""
+    if doc["strategy"] != "grappa" or doc["partitions"] == 1:
+        return None
+    from grappa.config import TrainConfig
+    return TrainConfig.model_validate(doc).halo_mode
 
 
 def job_env() -> dict:
@@ -288,7 +300,8 @@ def main() -> None:
         doc = config(ds, method, p, layers, args, work, seed, lr)
         record = {"dataset": ds, "layers": layers, "method": method, "partitions": p, "seed": seed,
                   "epochs": args.epochs, "eval_every": args.eval_every, "arch": args.arch,
-                  "hidden": args.hidden, "dropout": args.dropout, "lr": lr, "config": doc}
+                  "hidden": args.hidden, "dropout": args.dropout, "lr": lr, "config": doc,
+                  "halo": halo_of(doc)}
         fn = (lambda: run_single(doc)) if method == "single" else (lambda: run_job(doc, args.timeout))
         measure(cell_key(ds, layers, method, p, seed, lr), record, fn)
 
@@ -307,7 +320,8 @@ def main() -> None:
                             cell(ds, layers, method, p, seed, lr)
     if not args.render_only and not args.no_rmat:
         doc = rmat_config(args, work)
-        record = {"dataset": f"rmat-{args.rmat_scale}", "method": "grappa", "partitions": 8, "config": doc}
+        record = {"dataset": f"rmat-{args.rmat_scale}", "method": "grappa", "partitions": 8, "config": doc,
+                  "halo": halo_of(doc)}
         measure(f"rmat/{args.rmat_scale}/8", record, lambda: run_job(doc, args.timeout))
     page = render(runs, results, command)
     print(f"wrote {page}")

@@ -262,7 +262,7 @@ def _with_rules(info: FieldInfo, *rules: dict[str, str]) -> FieldInfo:
 
 # ---- CEL twins of the cross-field rules (grappa.config validators, desired.check_runnable) ----
 
-_GRAPPA_ONLY = ["correction", "shrinkage", "rounds"]  # TrainConfig._check_strategy_settings
+_GRAPPA_ONLY = ["correction", "shrinkage", "rounds", "halo"]  # TrainConfig._check_strategy_settings
 _POWERS = cel.literal([2 ** k for k in range(31)])  # rmat: 2^scale nodes (scale <= 30)
 _NODES = cel.literal(settings.KNOWN_NODE_COUNTS)
 _NODE_TABLE = ", ".join(f"{k} {v}" for k, v in settings.KNOWN_NODE_COUNTS.items())
@@ -319,9 +319,16 @@ SPEC_RULES = [
              "sampled (or use another strategy)", ".training.evalMode"),
     cel.rule(f"self.strategy == 'grappa' || "
              f"({cel.at_defaults(GrappaConfig, 'self.grappa', _GRAPPA_ONLY)})",
-             "grappa.correction, grappa.shrinkage and grappa.rounds apply to strategy grappa only "
-             "(other strategies keep fixed partitions): remove them or set strategy: grappa",
+             "grappa.correction, grappa.shrinkage, grappa.rounds and grappa.halo apply to strategy grappa "
+             "only (other strategies keep fixed partitions): remove them or set strategy: grappa",
              ".grappa"),
+    cel.rule("!has(self.grappa.halo) || self.grappa.halo == 'cut' || !has(self.model.custom) "
+             "|| !has(self.model.custom.factory)",
+             "grappa.halo self and neighbours change how the built-in layers (model.arch) treat the "
+             "halo; model.custom sees it cut: remove grappa.halo or set it to cut", ".grappa.halo"),
+    cel.rule("!has(self.grappa.halo) || self.grappa.halo != 'neighbours' || self.task == 'link-prediction'",
+             "grappa.halo neighbours needs the graph known to be undirected, which only a "
+             "link-prediction store records: set grappa.halo to self or cut", ".grappa.halo"),
     cel.rule("self.strategy == 'grappa' || !has(self.storage.fetch) || self.storage.fetch == 'direct'",
              "storage.fetch fetches the rounds of strategy grappa only (other strategies read the store "
              "directly): remove storage.fetch or set strategy: grappa", ".storage.fetch"),

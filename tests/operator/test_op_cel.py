@@ -74,6 +74,13 @@ CASES = [
      "grappa.rounds", {"strategy": "full", "grappa": {"chunks": 4}}),
     ("", "apply to strategy grappa only", {"strategy": "varco", "grappa": {"shrinkage": 1.0}},
      "grappa.shrinkage", {"strategy": "varco"}),
+    ("", "apply to strategy grappa only", {"strategy": "full", "grappa": {"halo": "cut"}},
+     "grappa.halo", {"strategy": "full"}),
+    ("", "grappa.halo self and neighbours change how the built-in layers", {"grappa": {"halo": "self"}, "model": {
+        "custom": {"factory": "my_models:make_model"}}}, "grappa.halo",
+     {"grappa": {"halo": "cut"}, "model": {"custom": {"factory": "my_models:make_model"}}}),
+    ("", "grappa.halo neighbours needs the graph known to be undirected", {"grappa": {"halo": "neighbours"}},
+     "grappa.halo", {"grappa": {"halo": "self"}}),
     ("", "varco settings apply to strategy varco only", {"varco": {"rMax": 64}},
      "varco", {"strategy": "varco", "varco": {"rMax": 64}}),
     ("", "link settings apply to task link-prediction only", {"link": {"negatives": 5}}, "link",

@@ -413,6 +413,13 @@ class GrappaConfig(Section):
         None, ge=1, description="Number of chunks K (default: the number of partitions).")
     partition_seed: int = Field(0, ge=0, description="Seed of the random node-to-chunk assignment.")
     rounds: RoundsConfig = Field(default_factory=RoundsConfig)
+    # Measured on the Cora and Amazon-Photo link splits (docs/results/link.md, docs/method.md).
+    halo: Optional[Literal["cut", "self", "neighbours"]] = Field(
+        None, description="A halo node's in-edges are not on its worker. cut: a layer sees only its "
+        "self-loop (the method paper's). self: its in-neighbours are taken as copies of itself "
+        "(GCN, SAGE, GIN; GAT is the same either way). neighbours: its in-neighbours the worker owns, "
+        "scaled to its degree as a sampled row (undirected graphs: the reverse of its local edges). "
+        "Default: neighbours for task link-prediction on an undirected graph, else cut.")
 
 
 class VarcoConfig(Section):
@@ -614,6 +621,13 @@ class TrainConfig(Section):
             raise ValueError(f"varco settings apply to strategy varco only (strategy is {self.strategy!r}): "
                              "remove them or set strategy: varco")
         self._check_task()
+        if self.grappa.halo in ("self", "neighbours") and self.model.user_model is not None:
+            raise ValueError(f"grappa.halo self and neighbours change how the built-in layers (model.arch) "
+                             f"treat the halo; model.custom (factory {self.model.custom.factory}) sees "
+                             "it cut: remove grappa.halo or set it to cut")
+        if self.grappa.halo == "neighbours" and self.task != "link-prediction":
+            raise ValueError("grappa.halo neighbours needs the graph known to be undirected, which only "
+                             "a link-prediction store records: set grappa.halo to self or cut")
         if self.storage.fetch != "direct" and self.strategy != "grappa":
             raise ValueError(f"storage.fetch {self.storage.fetch!r} fetches the rounds of strategy grappa "
                              f"only (strategy is {self.strategy!r}, which reads the store directly): "
@@ -679,7 +693,7 @@ class TrainConfig(Section):
         # Compared with the defaults, not `model_fields_set`: a dumped config (what pods receive)
         # sets every field.
         default = GrappaConfig()
-        grappa_only = [f for f in ("correction", "shrinkage", "rounds")
+        grappa_only = [f for f in ("correction", "shrinkage", "rounds", "halo")
                        if getattr(self.grappa, f) != getattr(default, f)]
         if grappa_only:
             fields = ", ".join(f"grappa.{f}" for f in grappa_only)
@@ -691,6 +705,14 @@ class TrainConfig(Section):
     def sampled_eval(self) -> bool:
         mode = self.training.eval_mode
         return mode == "sampled" or (mode is None and self.training.mode == "mini-batch")
+
+    @property
+    def halo_mode(self) -> str:
+        """grappa.halo resolved as far as the config can: the strategy keeps a directed graph's
+        halo cut unless `neighbours` was asked for (then it refuses)."""
+        if self.grappa.halo is not None:
+            return self.grappa.halo
+        return "neighbours" if self.task == "link-prediction" and self.model.user_model is None else "cut"
 
     @property
     def num_chunks(self) -> int:

@@ -11,6 +11,10 @@ need (their shrinking L-hop in-neighbourhood), evaluation only the rows it keeps
 normalisation uses: a halo node's local in-degree is 0. `kept` is, per output row, how many
 in-neighbours the block kept when it samples them (None: all of them); GCN scales a sampled row's
 neighbour terms by deg / kept so the sum over the sample estimates the sum over all neighbours.
+`cut_estimate` (None: off) extends that estimate to a sample of none: an output row with global
+in-degree d > 0 and no in-edge in the block (a halo node, whose in-edges live on other workers) is
+given d copies of itself as in-neighbours, each of GCN weight cut_estimate / sqrt(d + 1)
+(cut_estimate: the mean of (d_u + 1)^(-1/2) over in-edge sources u; models/ops.py `cut_rows`).
 
 Builders (`seed_blocks`): full-graph training needs the seeds' outputs only: layer L computes
 the seeds, layer L-1 the seeds and their in-neighbours, and so on down to the input rows, the
@@ -34,6 +38,7 @@ class Block:
     num_src: int
     deg: Tensor                    # int32/int64 [num_src]: global in-degree of the input rows
     kept: Optional[Tensor] = None  # int [num_dst]: in-neighbours kept when sampled, else None
+    cut_estimate: Optional[float] = None  # rows cut from their in-edges are estimated (above)
     # What a layer derives from the block alone (GCN's edge weights, ...), computed once per block.
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

@@ -6,6 +6,14 @@ d = `block.deg` (global in-degree: a halo row's true degree, not its local 0); s
 when the block sampled v's in-neighbours (the sum over the sample then estimates the full sum),
 else 1. Projects first (X W), then one CSR product with the per-edge weights, which are cached in
 `block.cache`; the self term is added densely, so no loop is stored.
+
+A row cut from its in-edges (ops.cut_rows: a halo node, with `block.cut_estimate` m set) counts
+its d_v in-neighbours as copies of itself, each u's (d_u + 1)^(-1/2) taken as m, the mean over
+in-edge sources: its self weight becomes
+
+    1 / (d_v + 1) + d_v m / sqrt(d_v + 1)
+
+(cut, it is 1 / (d_v + 1): the row is shrunk by the missing neighbour mass, about 1 / (d_v + 1)).
 """
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from grappa.data.blocks import Block
-from grappa.models.ops import Operator, block_matmul, cached, dst_of_edges, glorot_, operator
+from grappa.models.ops import Operator, block_matmul, cached, cut_rows, dst_of_edges, glorot_, operator
 
 
 def gcn_operator(block: Block, dtype: torch.dtype) -> tuple[Operator, Tensor]:
@@ -26,10 +34,15 @@ def gcn_operator(block: Block, dtype: torch.dtype) -> tuple[Operator, Tensor]:
         if block.kept is not None:
             w = w * (deg[dst] / block.kept.to(torch.float64).clamp(min=1.0)[dst])
         return w
+    def self_values() -> Tensor:
+        dhat = block.deg[:block.num_dst].to(torch.float64) + 1.0
+        w = 1.0 / dhat
+        cut = cut_rows(block)
+        if cut is not None:
+            w[cut] += (dhat[cut] - 1.0) * block.cut_estimate / dhat[cut].sqrt()
+        return w.to(dtype)
     op = operator(block, "gcn", dtype, values)
-    self_w = cached(block, ("gcn_self", dtype),
-                    lambda: (1.0 / (block.deg[:block.num_dst].to(torch.float64) + 1.0)).to(dtype))
-    return op, self_w
+    return op, cached(block, ("gcn_self", dtype, block.cut_estimate), self_values)
 
 
 class GCNLayer(nn.Module):

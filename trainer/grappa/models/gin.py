@@ -2,7 +2,8 @@
 
     h'_v = MLP((1 + eps) h_v + sum_{u in N(v)} h_u),   MLP = Linear-BatchNorm1d-ReLU-Linear
 
-eps starts at 0. The sum is one CSR product on the input width (GIN aggregates before its MLP, so
+A row cut from its in-edges (ops.cut_rows, when the block estimates cut rows) counts its d_v
+in-neighbours as copies of itself: the sum becomes d_v h_v. eps starts at 0. The sum is one CSR product on the input width (GIN aggregates before its MLP, so
 it cannot project first); BatchNorm normalises over the rows this block computes.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from grappa.data.blocks import Block
-from grappa.models.ops import block_matmul, sum_operator
+from grappa.models.ops import block_matmul, cut_rows, sum_operator, with_cut_rows
 from grappa.models.sparse_input import is_sparse
 
 
@@ -26,5 +27,8 @@ class GINLayer(nn.Module):
     def forward(self, h: Tensor, block: Block) -> Tensor:
         if is_sparse(h):  # GNN.prepare_input keeps GIN's input dense; accept CSR all the same
             h = h.to_dense()
-        agg = block_matmul(sum_operator(block, h.dtype), h) + (1 + self.eps) * h[:block.num_dst]
+        cut = cut_rows(block)
+        agg = with_cut_rows(block_matmul(sum_operator(block, h.dtype), h), h, cut,
+                            None if cut is None else block.deg.index_select(0, cut))
+        agg = agg + (1 + self.eps) * h[:block.num_dst]
         return self.mlp(agg)

@@ -177,6 +177,27 @@ def glorot_(w: Tensor) -> Tensor:
         return w.uniform_(-bound, bound)
 
 
+def cut_rows(block: Block) -> Tensor | None:
+    """Output rows whose in-neighbourhood the block cut whole (global in-degree > 0, none in the
+    block) when `block.cut_estimate` asks them estimated, as int64 ids (cached); else None. A layer
+    then counts each such row's d in-neighbours as copies of the row itself: with nothing of the
+    neighbourhood on the worker, the node's own input is the estimate at hand."""
+    if block.cut_estimate is None:
+        return None
+    def make() -> Tensor:
+        deg = block.deg[:block.num_dst]
+        return torch.nonzero((deg > 0) & (block.local_in_degree() == 0)).view(-1)
+    return cached(block, "cut_rows", make)
+
+
+def with_cut_rows(agg: Tensor, h: Tensor, cut: Tensor | None, times: Tensor | None = None) -> Tensor:
+    """`agg` with each cut row's own row of `h` (dense) added, `times` times (default once)."""
+    if cut is None or cut.numel() == 0:
+        return agg
+    own = h.index_select(0, cut)
+    return agg.index_add(0, cut, own if times is None else own * times[:, None].to(own.dtype))
+
+
 def rows(h: Tensor, k: int) -> Tensor:
     """The first k rows of dense or CSR `h` (a view; a CSR slice shares its arrays)."""
     if not is_sparse(h):

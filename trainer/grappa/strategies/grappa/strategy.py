@@ -15,6 +15,10 @@ variable chunk holds the source of a cross-chunk edge exposes it there. A step c
 owned node's embedding on the local graph (mini-batch mode: the sampled L-hop neighbourhood of the
 batch's endpoints), draws each positive's negatives uniformly from the owned nodes, and weighs the positive's loss by its edge coverage c_e = (c_u + c_v) / 2
 (tasks/link_prediction.py says why).
+
+Halo rows are cut (only their self-loop), or estimated from copies of the node itself (`self`:
+the blocks carry the round's estimate to the layers) or from its in-neighbours the worker owns
+(`neighbours`: the rounds run on a CSR with those in-edges added): `grappa.halo`, halo.py.
 """
 from __future__ import annotations
 
@@ -29,18 +33,25 @@ from grappa.data.sampling import NeighborSampler
 from grappa.strategies.base import Strategy
 from grappa.strategies.contribution import Contribution, contribution_from, link_contribution
 from grappa.strategies.grappa.coverage import coverage
+from grappa.strategies.grappa.halo import cut_estimate, estimate_cut_rows, with_owned_in_edges
 from grappa.strategies.grappa.rounds import RoundDecision, variable_chunk
 
 
-def full_graph_blocks(g: LocalGraph, seeds: Tensor, model) -> tuple[list[Block], Tensor, Tensor]:
+def full_graph_blocks(g: LocalGraph, seeds: Tensor, model, csr=None) -> tuple[list[Block], Tensor, Tensor]:
     """(blocks, input rows, the seeds' rows in the last layer's output) for one full-graph step.
     Only the rows the seeds need, unless a layer's output depends on which rows it computes
-    (BatchNorm): then every local row, as a single process computes every node."""
+    (BatchNorm): then every local row, as a single process computes every node. `csr`: (indptr,
+    indices, in-edges kept per row) to run on instead of the local graph's (halo.py), its rows
+    scaled by deg / kept as sampled rows are."""
     layers = model.num_layers
+    indptr, indices, kept = csr if csr is not None else (g.indptr, g.indices, None)
     if model.rows_independent:
-        rows, blocks = seed_blocks(g.indptr, g.indices, g.deg, seeds, layers)
+        rows, blocks = seed_blocks(indptr, indices, g.deg, seeds, layers)
+        if kept is not None:
+            for b in blocks:  # a block holds every in-edge of its rows that the CSR has
+                b.kept = b.local_in_degree()
         return blocks, rows, torch.arange(seeds.numel())
-    every = Block(g.indptr, g.indices, g.num_nodes, g.deg)
+    every = Block(indptr, indices, g.num_nodes, g.deg, kept)
     return [every] * layers, torch.arange(g.num_nodes), seeds
 
 
@@ -50,7 +61,7 @@ class GrappaStrategy(Strategy):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.link = None
+        self.link = self.cut = self.csr = None
         if self.cfg.task == "link-prediction":
             from grappa.data.link_split import LinkEdges
             self.link = LinkEdges(self.store.path, self.store.manifest)
@@ -61,20 +72,24 @@ class GrappaStrategy(Strategy):
 
     def end_round(self) -> None:
         super().end_round()
-        self.cov = self.blocks = self.x = self.seed_rows = self.sampler = None
+        self.cov = self.blocks = self.x = self.seed_rows = self.sampler = self.cut = self.csr = None
         self.pos = self.cov_e = self.negatives = None
 
     def prepare_round(self, g: LocalGraph) -> float:
         self.cov = coverage(g.indptr, g.indices, g.complete, self.cfg.model.layers).to(torch.float32)
+        halo = self.halo_mode()
+        self.cut = cut_estimate(g) if halo == "self" else None
+        self.csr = with_owned_in_edges(g) if halo == "neighbours" else None
         if self.link is not None:
             return self.prepare_link_round(g)
         seeds = g.seeds
         if self.cfg.training.mode == "full-graph":
             # One step per epoch over every seed: the blocks and input rows are the round's.
-            self.blocks, rows, self.seed_rows = full_graph_blocks(g, seeds, self.model)
+            self.blocks, rows, self.seed_rows = full_graph_blocks(g, seeds, self.model, self.csr)
+            estimate_cut_rows(self.blocks, self.cut)
             self.x = self.model.prepare_input(g.features.gather(rows))
         else:
-            self.sampler = NeighborSampler(g.indptr, g.indices, self.cfg.fanouts)
+            self.sampler = self.local_sampler(g)
         return float(self.cov[seeds].sum())
 
     def prepare_link_round(self, g: LocalGraph) -> float:
@@ -85,12 +100,29 @@ class GrappaStrategy(Strategy):
         pos = supervision_in(self.link["train"], g.global_ids.numpy(), g.num_base, g.num_owned)
         self.pos = torch.from_numpy(pos).to(torch.int64)
         if self.cfg.training.mode == "full-graph":
-            self.blocks, rows, self.seed_rows = full_graph_blocks(g, torch.arange(g.num_owned), self.model)
+            self.blocks, rows, self.seed_rows = full_graph_blocks(g, torch.arange(g.num_owned), self.model, self.csr)
+            estimate_cut_rows(self.blocks, self.cut)
             self.x = self.model.prepare_input(g.features.gather(rows))
         else:
-            self.sampler = NeighborSampler(g.indptr, g.indices, self.cfg.fanouts)
+            self.sampler = self.local_sampler(g)
         self.cov_e = edge_coverage(self.cov, self.pos)
         return float(self.cov_e.sum())
+
+    def halo_mode(self) -> str:
+        """grappa.halo for this round's graph: `neighbours` needs an undirected one (a link store
+        records it); by default a directed graph's halo stays cut."""
+        mode = self.cfg.halo_mode
+        if mode == "neighbours" and not (self.link is not None and self.link.undirected):
+            if self.cfg.grappa.halo == "neighbours":
+                raise ValueError("grappa.halo neighbours takes a halo node's in-edges from the reverse "
+                                 "of its local out-edges, which only an undirected graph has, and this "
+                                 "one is directed: set grappa.halo to self or cut")
+            return "cut"
+        return mode
+
+    def local_sampler(self, g: LocalGraph) -> NeighborSampler:
+        indptr, indices = (self.csr[0], self.csr[1]) if self.csr is not None else (g.indptr, g.indices)
+        return NeighborSampler(indptr, indices, self.cfg.fanouts)
 
     def examples(self) -> Tensor:
         if self.link is not None:  # the round's positive edges, by column of self.pos
@@ -105,7 +137,7 @@ class GrappaStrategy(Strategy):
             return self.prepare_link(batch)
         g = self.graph
         sub = self.sampler.sample(batch, self.gen)
-        return sub.blocks(g.deg.index_select(0, sub.n_id)), g.features.gather(sub.n_id)
+        return estimate_cut_rows(sub.blocks(g.deg.index_select(0, sub.n_id)), self.cut), g.features.gather(sub.n_id)
 
     def contribute(self, batch: Tensor, wbar: float, prepared=None) -> Contribution:
         g, gc = self.graph, self.cfg.grappa
@@ -148,5 +180,5 @@ class GrappaStrategy(Strategy):
         nodes, inv = torch.unique(torch.cat([pos.reshape(-1), neg.reshape(-1)]), return_inverse=True)
         sub = self.sampler.sample(nodes, self.gen)
         e = pos.shape[1]
-        return (sub.blocks(g.deg.index_select(0, sub.n_id)), g.features.gather(sub.n_id),
+        return (estimate_cut_rows(sub.blocks(g.deg.index_select(0, sub.n_id)), self.cut), g.features.gather(sub.n_id),
                 inv[:2 * e].view(2, e), inv[2 * e:].view(neg.shape), neg)

@@ -1,0 +1,63 @@
+"""A halo node's in-neighbourhood, which its worker does not hold (`grappa.halo`).
+
+A halo node h has global in-degree d_h but none of its in-edges on the worker. **cut** (the
+method paper's): a layer sees only its self-loop, in GCN h_h W / (d_h + 1) where the whole graph
+gives sum_{u in N(h)} h_u W / sqrt((d_u + 1)(d_h + 1)) + h_h W / (d_h + 1): shrunk by about
+1 / (d_h + 1). Every owned node beside h then aggregates a halo row of the wrong size, and the
+error compounds with depth. Two estimates, both from what the worker has:
+
+- **neighbours** (`with_owned_in_edges`): on an undirected graph h's in-neighbours among the
+  owned nodes are the targets of h's local edges h -> v, so the worker has them, features and
+  all. Added as in-edges of h, with the row's kept count, the layers scale them to h's degree as
+  they scale a sampled row (GCN: d / kept; SAGE: their mean). Chunks are a seeded hash of ids,
+  so they are a random sample of N(h).
+- **self** (`cut_estimate`, models/ops.py `cut_rows`): N(h) counted as d_h copies of h. GCN also
+  needs each copy's (d_u + 1)^(-1/2), a neighbour's degree; it takes
+
+      m = mean over the local in-edges u -> v (v owned) of (d_u + 1)^(-1/2),
+
+  the mean over edge sources, which the owned nodes sample uniformly. One float per round.
+
+Neither reads anything from the store.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from grappa.data.blocks import Block
+from grappa.data.local_graph import LocalGraph
+
+
+def cut_estimate(g: LocalGraph) -> float:
+    """m above, over the local graph's in-edges (0.0 when it has none)."""
+    if g.indices.numel() == 0:
+        return 0.0
+    src_deg = g.deg.index_select(0, g.indices.long()).to(torch.float64)
+    return float((src_deg + 1.0).rsqrt().mean())
+
+
+def estimate_cut_rows(blocks: list[Block], m: Optional[float]) -> list[Block]:  # grappa.halo: self
+    """The blocks, asking their layers to estimate cut rows with m (None: leave them cut)."""
+    for b in blocks:
+        b.cut_estimate = m
+    return blocks
+
+
+def with_owned_in_edges(g: LocalGraph) -> tuple[Tensor, Tensor, Tensor]:
+    """The local CSR (indptr, indices) plus, for each halo row h, an in-edge v -> h from every owned
+    v with a local edge h -> v, and each row's in-edges kept (for a layer's deg / kept scaling).
+    On an undirected graph those are exactly h's in-neighbours that the worker owns: a sample of
+    N(h) (chunks are a hash of ids), on the worker already, features and all."""
+    counts = g.indptr[1:] - g.indptr[:-1]
+    dst = torch.repeat_interleave(torch.arange(g.num_nodes), counts)
+    src = g.indices.long()
+    back = src >= g.num_owned  # h -> v, h in the halo: add v -> h
+    src, dst = torch.cat([src, dst[back]]), torch.cat([dst, src[back]])
+    order = torch.argsort(dst * g.num_nodes + src)
+    kept = torch.bincount(dst, minlength=g.num_nodes)
+    indptr = torch.zeros(g.num_nodes + 1, dtype=torch.int64)
+    torch.cumsum(kept, 0, out=indptr[1:])
+    return indptr, src[order].to(g.indices.dtype), kept
