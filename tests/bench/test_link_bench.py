@@ -18,6 +18,8 @@ def runs_where_cora_2_layers_is(grappa_p4: float, render) -> dict:
             k("cora", 2, "grappa", 4): cell(grappa_p4),
             k("cora", 3, "single", 1): cell(0.40, nbytes=0, method="single", p=1),
             k("cora", 3, "grappa", 4): cell(0.395),
+            k("cora", 2, "cut-halo", 4): cell(0.475, method="cut-halo"),
+            k("cora", 3, "cut-halo", 4): cell(0.385, method="cut-halo"),
             k("cora", 2, "grappa", 8): cell(0.47, p=8),
             k("cora", 2, "no-rounds", 8): cell(0.45, p=8),
             k("cora", 2, "no-correction", 8): cell(0.46, p=8),
@@ -46,7 +48,12 @@ def test_link_page_computes_gaps_and_a_met_target(tmp_path):
     assert "| 3 | full communication | 4 | not measured | | | | | | |" in lines
     assert any(line.startswith("| 3 | Grappa, neither | 8 | failed: 'train failed (1): out of memory'") for line in lines)
     assert "RMAT-22 at P = 8: not measured." in lines
-    assert "Grid status: 9 of 66 (graph, depth, method, P) cells measured" in page
+    # the halo estimate against the cut halo: +0.020 (2 layers) and +0.010 (3 layers)
+    assert ("- A halo row estimated from the owned neighbours (`grappa.halo: neighbours`, Grappa's default) "
+            "instead of cut adds mean +0.0150 (from +0.0100 to +0.0200, 2 settings) at P = 4.") in lines
+    assert not any("copies of the node itself (`grappa.halo: self`) instead" in line for line in lines)
+    assert "| 2 | Grappa, halo cut (the paper's) | 4 | 0.4750 | -0.0250 | 0.2375 | 0.9000 | 40 | 0.500 | 3.00 MiB |" in lines
+    assert "Grid status: 11 of 90 (graph, depth, method, P) cells measured" in page
     assert (tmp_path / "link.png").exists()
 
 
@@ -66,7 +73,7 @@ def test_an_empty_json_renders_a_page_that_measures_nothing(tmp_path):
     assert "- P = 4: not judged yet (0 of 6 settings measured)." in page
     assert "P = 8 is not measured yet." in page
     assert "RMAT-22 at P = 8: not measured." in page
-    assert "Grid status: 0 of 66 (graph, depth, method, P) cells measured" in page
+    assert "Grid status: 0 of 90 (graph, depth, method, P) cells measured" in page
     assert not (tmp_path / "link.png").exists()
     digits = [line for line in page.splitlines() if line.startswith("| 2 |") or line.startswith("| 3 |")]
     assert digits and all("not measured" in line for line in digits)
