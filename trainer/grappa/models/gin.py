@@ -3,8 +3,9 @@
     h'_v = MLP((1 + eps) h_v + sum_{u in N(v)} h_u),   MLP = Linear-BatchNorm1d-ReLU-Linear
 
 A row cut from its in-edges (ops.cut_rows, when the block estimates cut rows) counts its d_v
-in-neighbours as copies of itself: the sum becomes d_v h_v. eps starts at 0. The sum is one CSR product on the input width (GIN aggregates before its MLP, so
-it cannot project first); BatchNorm normalises over the rows this block computes.
+in-neighbours as copies of itself: the sum becomes d_v h_v. eps starts at 0. The sum is one CSR
+product on the input width (GIN aggregates before its MLP, so it cannot project first); BatchNorm
+normalises over the rows this block computes.
 """
 from __future__ import annotations
 
