@@ -194,3 +194,20 @@ def test_a_mini_batch_link_step_samples_the_halos_owned_neighbours(data_root, tm
         cut += int(((b.deg[:b.num_dst] > 0) & (b.local_in_degree() == 0)).sum())
         assert bool((b.kept <= b.deg[:b.num_dst]).all())  # sampled rows: deg / kept scales them up
     assert (cut == 0) == (halo is None)  # neighbours (the default): no halo row is left cut
+
+
+@pytest.mark.parametrize("halo", [None, "neighbours"])
+def test_a_directed_graph_keeps_its_halo_cut_or_refuses_neighbours(data_root, tmp_path, halo):
+    doc = {"partitions": 2, "task": "link-prediction", "dataset": {"name": "cora"},
+           "model": {"hidden": 8, "layers": 2}, "runDir": str(tmp_path / "run"),
+           "storeDir": str(tmp_path / "store"), "grappa": {"chunks": 4, **({"halo": halo} if halo else {})}}
+    cfg = TrainConfig.model_validate(doc)
+    man = prepare_store(cfg, progress=False)
+    s = GrappaStrategy(cfg, 1, ChunkStore(cfg.store_path), build_task_model(cfg, man["num_features"], 1))
+    s.link.undirected = False  # as a directed graph's link store records it
+    if halo is None:
+        s.setup_round(RoundDecision(0, round_seed(0, 0), 0))
+        assert s.csr is None and s.cut is None  # cut
+    else:
+        with pytest.raises(ValueError, match="grappa.halo neighbours .* directed: set grappa.halo to self or cut"):
+            s.setup_round(RoundDecision(0, round_seed(0, 0), 0))
