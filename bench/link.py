@@ -28,7 +28,9 @@ SAGE, a small held-out split (`--rmat-*`), for the largest worker peak PSS and t
 
 Results accumulate in docs/results/link-runs.json (a measured cell is kept unless --force, so an
 interrupted run resumes); docs/results/link.md is rendered from it (bench/render_link.py) after
-every cell. Datasets come from $GRAPPA_DATA_ROOT (or are downloaded: `dataset.download`).
+every cell. The gradient-fidelity section (bench/link_fidelity.py: Grappa's aggregated gradient
+against the exact one per halo mode, Cora and Amazon-Photo) is kept in link-fidelity.json.
+Datasets come from $GRAPPA_DATA_ROOT (or are downloaded: `dataset.download`).
 
     python bench/link.py                                   # the published grid (make bench-link)
     python bench/link.py --datasets cora --partitions 2 --epochs 2 --layers 2 \\
@@ -49,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "trainer")]
 from render_link import (DATASETS, DEFAULT_LR, GRAPPA_VARIANTS, LAYERS, METHODS, PARTITIONS,  # noqa: E402
                          cell_key, chosen_lr, render)
+from link_fidelity import measure as measure_fidelity  # noqa: E402
 from scale import run_with_peak  # noqa: E402
 
 ROUND_EVERY = 10
@@ -264,6 +267,10 @@ def main() -> None:
     ap.add_argument("--results", default=str(ROOT / "docs" / "results"), help="where link-runs.json and link.md go")
     ap.add_argument("--scratch", default=os.environ.get("GRAPPA_BENCH_SCRATCH", tempfile.gettempdir()))
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--fidelity-datasets", default="cora,amazon-photo",
+                    help="graphs of the gradient-fidelity section (bench/link_fidelity.py)")
+    ap.add_argument("--no-fidelity", action="store_true", help="skip the gradient-fidelity section")
+    ap.add_argument("--fidelity-only", action="store_true", help="only the gradient-fidelity section")
     args = ap.parse_args()
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
@@ -306,7 +313,7 @@ def main() -> None:
         measure(cell_key(ds, layers, method, p, seed, lr), record, fn)
 
     lrs = [float(x) for x in args.lrs.split(",")]
-    if not args.render_only and not args.rmat_only:
+    if not args.render_only and not args.rmat_only and not args.fidelity_only:
         for ds in args.datasets.split(","):
             for layers in [int(x) for x in args.layers.split(",")]:
                 if len(lrs) > 1:  # the rate is chosen on single-process validation, before any other cell
@@ -318,7 +325,11 @@ def main() -> None:
                     for p in [1] if method == "single" else [int(x) for x in args.partitions.split(",")]:
                         for seed in [int(x) for x in args.seeds.split(",")]:
                             cell(ds, layers, method, p, seed, lr)
-    if not args.render_only and not args.no_rmat:
+    if not args.render_only and not args.rmat_only and not args.no_fidelity:
+        measure_fidelity(results / "link-fidelity.json", args.fidelity_datasets.split(","),
+                         [int(x) for x in args.layers.split(",")], [int(x) for x in args.partitions.split(",")],
+                         args.hidden, str(work / "fidelity"), args.force)
+    if not args.render_only and not args.no_rmat and not args.fidelity_only:
         doc = rmat_config(args, work)
         record = {"dataset": f"rmat-{args.rmat_scale}", "method": "grappa", "partitions": 8, "config": doc,
                   "halo": halo_of(doc)}

@@ -1,15 +1,21 @@
-"""docs/results/link.md (and link.png), from link-runs.json only (bench/link.py writes it).
+"""docs/results/link.md (and link.png), from link-runs.json and link-fidelity.json only (bench/link.py
+writes them).
 
 Every number on the page is computed from the JSON; a cell not in it is "not measured"."""
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, also when loaded by path
+from render_link_fidelity import fidelity_section  # noqa: E402
 
 DATASETS = ["cora", "coauthor-physics", "amazon-photo"]
 LAYERS = [2, 3]
@@ -380,6 +386,8 @@ def render(runs: dict, out: Path, command: str = "make bench-link", datasets: li
     for ds in datasets:
         lines += dataset_table(runs, ds, ps)
     lines += rmat_section(runs)
+    fid = out / "link-fidelity.json"
+    lines += fidelity_section(json.loads(fid.read_text()) if fid.exists() else {})
     todo = planned()
     done = sum(ok(runs.get(cell_key(*c, lr=chosen_lr(runs, c[0], c[1])))) for c in todo)
     lines.append(f"Grid status: {done} of {len(todo)} (graph, depth, method, P) cells measured"
@@ -390,8 +398,6 @@ def render(runs: dict, out: Path, command: str = "make bench-link", datasets: li
 
 
 if __name__ == "__main__":
-    import json
-    import sys
     root = Path(__file__).resolve().parents[1] / "docs" / "results"
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else root
     src = target / "link-runs.json"

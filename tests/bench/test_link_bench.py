@@ -150,3 +150,28 @@ def test_a_cell_started_on_a_busy_machine_says_so(tmp_path):
     lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
     assert any(line.startswith("| 2 | Grappa (correction + rounds) | 4 |") and "| 0.500 (busy) |" in line for line in lines)
     assert any(line.startswith("| 2 | single-process PyG | 1 |") and "| 0.500 |" in line for line in lines)
+
+
+def test_the_fidelity_section_is_computed_from_its_json(tmp_path):
+    import json
+    render = load("render_link")
+    fid_mod = load("render_link_fidelity")
+
+    def entry(uw: float, default: float) -> dict:
+        return {"reducers": {"UW": {"rel_error": uw, "cosine": 0.9, "samples": 4},
+                             "node l=0.5": {"rel_error": default, "cosine": 0.95, "samples": 4}}}
+    fid = {fid_mod.fidelity_key("cora", 2, 4, "cut", "init"): entry(0.6, 0.5),
+           fid_mod.fidelity_key("cora", 2, 4, "neighbours", "init"): entry(0.2, 0.1),
+           fid_mod.fidelity_key("cora", 2, 4, "cut", "trained"): entry(0.3, 0.3),
+           fid_mod.fidelity_key("cora", 2, 4, "neighbours", "trained"): entry(0.3, 0.4)}
+    (tmp_path / "link-fidelity.json").write_text(json.dumps(fid))
+    lines = render.render({}, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert "| cora | 2 | 4 | init | 0.500 / 0.950 | not measured | 0.100 / 0.950 | 0.200 / 0.900 |" in lines
+    assert "| cora | 2 | 4 | trained | 0.300 / 0.950 | not measured | 0.400 / 0.950 | 0.300 / 0.900 |" in lines
+    assert "Mean relative error: halo cut 0.400 (2 settings), halo neighbours 0.250 (2 settings)." in lines
+    assert "The neighbours halo has the lower error than the cut halo in 1 of 2 settings." in lines
+    assert ("With the neighbours halo the default correction lowers the error against UW in 1 of 2 "
+            "settings (mean change +0.000).") in lines
+    (tmp_path / "link-fidelity.json").unlink()
+    assert "Not measured yet (`python bench/link.py --fidelity-only`)." in \
+        render.render({}, tmp_path, datasets=["cora"]).read_text()

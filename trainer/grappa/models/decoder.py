@@ -32,3 +32,11 @@ class Decoder(nn.Module):
         if self.kind == "distmult":
             return (h_src * self.rel * h_dst).sum(-1)
         return self.mlp(h_src * h_dst).squeeze(-1)
+
+    def all_pairs(self, h_src: Tensor, h_cand: Tensor) -> Tensor:
+        """[B, N] scores of every (source, candidate) pair: a matrix product for dot and distmult."""
+        if self.kind == "dot":
+            return h_src @ h_cand.T
+        if self.kind == "distmult":
+            return (h_src * self.rel) @ h_cand.T
+        return self(h_src.unsqueeze(1), h_cand.unsqueeze(0))

@@ -98,6 +98,32 @@ def example_losses(p: Tensor, n: Tensor) -> Tensor:
     return (pos_term + neg_term) / (1 + n.shape[1])
 
 
+def expected_example_losses(decoder: nn.Module, emb: Tensor, pos: Tensor, k: int,
+                            pairs_per_block: int = 1 << 22) -> Tensor:
+    """E[l_e] per positive over uniform negatives v'_j drawn from every row of `emb` (the
+    candidates: a worker's owned nodes, or every node):
+
+        E[l_e] = [ softplus(-s(u, v)) + k * mean_w softplus(s(u, w)) ] / (1 + k)
+
+    (-log sigma(x) = softplus(-x), -log(1 - sigma(x)) = softplus(x)). The gradient of their mean
+    is the objective's own, free of which negatives a step happened to draw: what the fidelity
+    harness compares (strategies/grappa/fidelity.py). Scores every (source, candidate) pair in
+    blocks of sources recomputed in the backward pass: memory O(pairs_per_block), times the width
+    for the MLP decoder."""
+    from torch.utils.checkpoint import checkpoint
+    p = decoder(emb.index_select(0, pos[0]), emb.index_select(0, pos[1]))
+    src, inv = torch.unique(pos[0], return_inverse=True)
+    per_pair = emb.shape[1] if decoder.kind == "mlp" else 1
+    step = max(1, pairs_per_block // max(1, emb.shape[0] * per_pair))
+
+    def mean_negative(h: Tensor, cand: Tensor) -> Tensor:
+        return F.softplus(decoder.all_pairs(h, cand)).mean(1)
+    means = [checkpoint(mean_negative, emb.index_select(0, ids), emb, use_reentrant=False)
+             for ids in src.split(step)]
+    neg = torch.cat(means) if means else p.new_zeros(0)
+    return (F.softplus(-p) + k * neg.index_select(0, inv)) / (1 + k)
+
+
 def num_ranked_first(p: Tensor, n: Tensor) -> int:
     """Positives scored above all their negatives (the training batch's 'accuracy')."""
     return int((p.unsqueeze(1) > n).all(1).sum()) if n.numel() else int(p.numel())
