@@ -117,8 +117,9 @@ bench-models: venv
 # layers, each at the learning rate of --lrs with single-process's best validation MRR, then RMAT-22
 # at P = 8 (resumes from link-runs.json; --force re-measures).
 bench-link: venv
-	$(PY) bench/link.py --datasets cora,amazon-photo,coauthor-physics --partitions 4,8 --layers 2,3 --epochs 100 --lrs 0.01,0.001 --no-rmat
+	$(PY) bench/link.py --datasets cora,amazon-photo,coauthor-physics --partitions 4,8 --layers 2,3 --epochs 100 --eval-every 10 --lrs 0.01,0.001 --no-rmat
 	$(PY) bench/link.py --rmat-only --rmat-scale 22 --rmat-epochs 2 --rmat-steps 100
+	$(PY) bench/link.py --rmat-only --rmat-scale 22 --rmat-epochs 2 --rmat-steps 100 --rmat-halo cut
 
 # docs/results/shard.md: one rank's optimizer CPU per step and memory, whole and sharded
 # (training.shardOptimizer), for the Physics model (2.19 M parameters) and two narrower ones, M = 3, 5, 9.

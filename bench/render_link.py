@@ -268,19 +268,20 @@ def rmat_section(runs: dict) -> list[str]:
     cells = {k: v for k, v in runs.items() if k.startswith("rmat/")}
     if not cells:
         return lines + [f"RMAT-22 at P = 8: {NOT}.", ""]
-    lines += ["| graph | P | worker peak PSS (largest) | epoch s (training) | steps / epoch | test MRR | measured |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| graph | P | halo | worker peak PSS (largest) | epoch s (training) | steps / epoch | test MRR | measured |",
+              "|---|---|---|---|---|---|---|---|"]
     for key, run in sorted(cells.items()):
-        _, scale, p = key.split("/")
+        _, scale, p = key.split("/")[:3]  # a fourth part names a variant kept beside the default
+        halo = run.get("halo") or "-"
         if "failed" in run:
-            lines.append(f"| RMAT-{scale} | {p} | failed: {run['failed'][-160:]!r} | | | | |")
+            lines.append(f"| RMAT-{scale} | {p} | {halo} | failed: {run['failed'][-160:]!r} | | | | |")
             continue
         c = run.get("config", {})
-        lines.append(f"| RMAT-{scale} | {p} | {size(run.get('max_worker_peak_pss_bytes'))} | "
+        lines.append(f"| RMAT-{scale} | {p} | {halo} | {size(run.get('max_worker_peak_pss_bytes'))} | "
                      f"{num(run.get('epoch_seconds'), '{:.2f}')} | {run.get('steps_per_epoch', '-')} | "
                      f"{num(run.get('test_mrr'))} | {run.get('measured', '-')} |")
         t, lk = c.get("training", {}), c.get("link", {})
-        if t:
+        if t and len(key.split("/")) == 3:
             lines.append("")
             lines.append(f"RMAT-{scale}: {t.get('mode')} {c.get('model', {}).get('arch', '').upper()}, batches of "
                          f"{t.get('batchSize')} positives, at most {t.get('maxStepsPerEpoch')} steps an epoch, "

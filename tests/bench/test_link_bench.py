@@ -175,3 +175,20 @@ def test_the_fidelity_section_is_computed_from_its_json(tmp_path):
     (tmp_path / "link-fidelity.json").unlink()
     assert "Not measured yet (`python bench/link.py --fidelity-only`)." in \
         render.render({}, tmp_path, datasets=["cora"]).read_text()
+
+
+def test_the_rmat_rows_name_their_halo_and_keep_a_variant_beside_the_default(tmp_path):
+    render = load("render_link")
+    runs = {"rmat/22/8": {"halo": "neighbours", "max_worker_peak_pss_bytes": 3 * 2 ** 30, "epoch_seconds": 40.0,
+                          "steps_per_epoch": 100, "test_mrr": 0.3, "measured": "2026-11-28",
+                          "config": {"training": {"mode": "mini-batch", "batchSize": 1000, "maxStepsPerEpoch": 100,
+                                                  "epochs": 2}, "model": {"arch": "sage"}, "link": {}}},
+            "rmat/22/8/cut-halo": {"halo": "cut", "max_worker_peak_pss_bytes": 2 ** 30, "epoch_seconds": 30.0,
+                                   "steps_per_epoch": 100, "test_mrr": 0.25, "measured": "2026-11-27",
+                                   "config": {"training": {"mode": "mini-batch"}}},
+            "rmat/20/8/x": {"halo": "self", "failed": "train failed (1): out of memory"}}
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert "| RMAT-22 | 8 | neighbours | 3.00 GiB | 40.00 | 100 | 0.3000 | 2026-11-28 |" in lines
+    assert "| RMAT-22 | 8 | cut | 1.00 GiB | 30.00 | 100 | 0.2500 | 2026-11-27 |" in lines
+    assert any(line.startswith("| RMAT-20 | 8 | self | failed: 'train failed (1): out of memory'") for line in lines)
+    assert sum(line.startswith("RMAT-22: mini-batch SAGE") for line in lines) == 1  # the default's settings only
