@@ -270,6 +270,7 @@ def rmat_section(runs: dict) -> list[str]:
         return lines + [f"RMAT-22 at P = 8: {NOT}.", ""]
     lines += ["| graph | P | halo | worker peak PSS (largest) | epoch s (training) | steps / epoch | test MRR | measured |",
               "|---|---|---|---|---|---|---|---|"]
+    notes = []
     for key, run in sorted(cells.items()):
         _, scale, p = key.split("/")[:3]  # a fourth part names a variant kept beside the default
         halo = run.get("halo") or "-"
@@ -282,12 +283,28 @@ def rmat_section(runs: dict) -> list[str]:
                      f"{num(run.get('test_mrr'))} | {run.get('measured', '-')} |")
         t, lk = c.get("training", {}), c.get("link", {})
         if t and len(key.split("/")) == 3:
-            lines.append("")
-            lines.append(f"RMAT-{scale}: {t.get('mode')} {c.get('model', {}).get('arch', '').upper()}, batches of "
+            notes.append(f"RMAT-{scale}: {t.get('mode')} {c.get('model', {}).get('arch', '').upper()}, batches of "
                          f"{t.get('batchSize')} positives, at most {t.get('maxStepsPerEpoch')} steps an epoch, "
                          f"{t.get('epochs')} epochs; held out {lk.get('valFraction')} / {lk.get('testFraction')} of "
                          f"the edges for validation / test, {lk.get('evalNegatives')} negatives per positive.")
+    lines += ([""] + notes if notes else []) + halo_cost(cells)
     return lines + [""]
+
+
+def halo_cost(cells: dict) -> list[str]:
+    """What a graph's default halo costs against its cut variant, measured side by side."""
+    out = []
+    for key, run in sorted(cells.items()):
+        cut = cells.get(key + "/cut-halo")
+        if len(key.split("/")) != 3 or not cut or not ok(run) or not ok(cut) or run.get("halo") == "cut":
+            continue
+        _, scale, p = key.split("/")
+        out.append(f"RMAT-{scale} at P = {p}: the {run.get('halo')} halo against the cut one takes "
+                   f"{run['epoch_seconds'] / cut['epoch_seconds']:.2f}x the epoch time and "
+                   f"{run['max_worker_peak_pss_bytes'] / cut['max_worker_peak_pss_bytes']:.2f}x the largest "
+                   f"worker peak PSS (with it a halo node has in-edges, which the sampler expands "
+                   f"through; cut, it is a leaf), test MRR {run['test_mrr'] - cut['test_mrr']:+.4f} after these few steps.")
+    return [""] + out if out else []
 
 
 def plot(runs: dict, datasets: list[str], path: Path, ps: list[int] = PARTITIONS) -> bool:
