@@ -61,6 +61,8 @@ def with_owned_in_edges(g: LocalGraph) -> tuple[Tensor, Tensor, Tensor]:
     out of memory (workers killed at 3.6 to 3.9 GB of anonymous memory)."""
     indptr, indices = g.indptr.numpy(), g.indices.numpy()
     owned = g.num_owned
+    if indptr[owned] != indptr[-1]:  # what appending the halo's rows relies on
+        raise RuntimeError("the local graph's halo rows have in-edges; with_owned_in_edges expects none")
     at = np.flatnonzero(indices >= owned)  # the edges h -> v, h in the halo, in row order
     v = (np.searchsorted(indptr, at, side="right") - 1).astype(indices.dtype)
     h = indices[at] - owned
