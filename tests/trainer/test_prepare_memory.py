@@ -29,7 +29,7 @@ def test_edge_pass_holds_under_56_bytes_per_block_edge(tmp_path, dtype):
     for name in ("s", "d"):
         np.save(tmp_path / f"{name}.npy", rng.integers(0, n, e).astype(dtype))
     (tmp_path / "spill").mkdir()
-    plan = Plan(n, 4, 0, np.dtype(np.int32), np.dtype(np.float32), plan_range_bits(n, 2 * e, e), e,
+    plan = Plan(n, 4, 0, np.dtype(np.int32), "float32", plan_range_bits(n, 2 * e, e), e,
                 tmp_path, tmp_path / "spill")
     part = EdgeColumns(npy_header(tmp_path / "s.npy"), npy_header(tmp_path / "d.npy"), 0, e, True)
     counters = Counters(multiprocessing.get_context("spawn"))

@@ -175,11 +175,11 @@ def test_an_as_read_round_fetches_the_halo_structure_then_each_row_when_first_re
 def test_auto_halo_rows_come_as_read_when_wide_and_whole_when_narrow():
     # a bucket read merges rows closer than GAP_BYTES (64 KiB): rows over half that (Physics's
     # 8,415 float32, 33.7 kB) are one request each anyway; narrower ones come whole in few requests
-    manifest = {"num_features": 8415, "chunks": [{"files": {"x.npy": {"dtype": "<f4"}}}]}
+    manifest = {"num_features": 8415, "feature_dtype": "<f4"}
     assert rows_as_read(manifest)
     manifest["num_features"] = 8192  # exactly half the gap: whole
     assert not rows_as_read(manifest)
-    manifest["chunks"][0]["files"]["x.npy"]["dtype"] = "<f8"
+    manifest["feature_dtype"] = "<f8"
     assert rows_as_read(manifest)
     assert TrainConfig().storage.halo_rows == "auto"
 

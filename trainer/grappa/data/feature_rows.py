@@ -30,14 +30,14 @@ class FeatureRows:
 
     def __init__(self, maps: dict[int, np.ndarray], owned_chunks: list[int], owned_offsets: np.ndarray,
                  halo_chunk: np.ndarray, halo_row: np.ndarray, num_features: int) -> None:
-        self.maps = maps                      # chunk -> x.npy memory map [n_k, f]
+        self.maps = maps                      # chunk -> x.npy rows as float32 [n_k, f] (feature_codec.rows_view)
         self.owned_chunks = np.asarray(owned_chunks, dtype=np.int64)
         self.owned_offsets = owned_offsets    # int64 [len(owned_chunks) + 1]
         self.halo_chunk, self.halo_row = halo_chunk, halo_row
         self.num_owned = int(owned_offsets[-1])
         self.num_features = num_features
         first = next(iter(maps.values()), None)
-        self.row_bytes = num_features * (first.dtype.itemsize if first is not None else 4)
+        self.row_bytes = first.strides[0] if first is not None else 4 * num_features  # as stored
         self.own_bytes_read = 0   # every owned row each time it is read
         self.halo_bytes_read = 0  # every halo row each time it is read
         # which local rows were ever read: one byte per local row (the local graph holds ~20 per node)

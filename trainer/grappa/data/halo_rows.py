@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from grappa.data.s3.source import GAP_BYTES
+from grappa.data.store.feature_codec import encoding_of, stored_dtype, stored_row_bytes, stored_width
 from grappa.util.npy import map_npy
 
 _SLAB = 1 << 23  # bytes of rows read from the store at once
@@ -38,8 +39,7 @@ _SLAB = 1 << 23  # bytes of rows read from the store at once
 def rows_as_read(manifest: dict) -> bool:
     """Whether a mini-batch round's halo rows are fetched as read (module docstring): rows wider
     than half the gap a bucket read merges."""
-    k0 = manifest["chunks"][0]["files"]["x.npy"]
-    return 2 * int(manifest["num_features"]) * np.dtype(k0["dtype"]).itemsize > GAP_BYTES
+    return 2 * stored_row_bytes(manifest) > GAP_BYTES
 
 
 class HaloRows:
@@ -50,10 +50,10 @@ class HaloRows:
         self.copy, self.counts = copy, counts
         self.chunk = np.asarray(map_npy(halo_dir / "chunk.npy"))
         self.row = np.asarray(map_npy(halo_dir / "row.npy"))
-        self.num_features = int(copy.manifest["num_features"])
-        k0 = int(self.chunk[0]) if self.chunk.size else 0
-        self.dtype = np.dtype(copy.manifest["chunks"][k0]["files"]["x.npy"]["dtype"])
-        self.row_bytes = self.num_features * self.dtype.itemsize
+        encoding = encoding_of(copy.manifest)
+        self.width = stored_width(encoding, int(copy.manifest["num_features"]))  # stored columns
+        self.dtype = stored_dtype(encoding)
+        self.row_bytes = self.width * self.dtype.itemsize
         self.slot = np.full(self.chunk.size, -1, dtype=np.int64)  # position -> row of the cache file
         self.cached = 0
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -86,24 +86,25 @@ class HaloRows:
         self._map = None
 
     def take(self, positions: np.ndarray) -> np.ndarray:
-        """[len(positions), f] rows in the store's dtype, fetched first where needed."""
+        """[len(positions), width] rows as stored, fetched first where needed."""
         with self._lock:
             self.fetch(positions)
             if not positions.size:
-                return np.empty((0, self.num_features), dtype=self.dtype)
+                return np.empty((0, self.width), dtype=self.dtype)
             if self._map is None:
-                self._map = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.cached, self.num_features))
+                self._map = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.cached, self.width))
             return self._map[self.slot[positions]]
 
 
 class HaloChunkRows:
     """One chunk's slice of a HaloRows (positions start .. start + n), indexed like the x.npy rows
-    of a halo chunk in local_copy.LocalView: what FeatureRows.gather reads."""
+    of a halo chunk in local_copy.LocalView (stored rows; the view decodes them): what
+    FeatureRows.gather reads."""
 
     def __init__(self, rows: HaloRows, start: int, n: int) -> None:
         self.rows, self.start = rows, start
         self.dtype = rows.dtype
-        self.shape = (n, rows.num_features)
+        self.shape = (n, rows.width)
         self.strides = (rows.row_bytes, rows.dtype.itemsize)
         self.nbytes = 0  # nothing of it is held: rows come as they are read
 

@@ -12,7 +12,7 @@ Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
     chunk_files = sum over the chunk files copied whole of their data bytes (manifest data_bytes)
     halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
                   indptr entries at r and r + 1 for each halo row r (each entry once)
-    halo_rows   = halo rows x row bytes (num_features x the store's feature itemsize); with
+    halo_rows   = halo rows x row bytes (a stored row: store/feature_codec.py); with
                   rows="as-read", the rows the steps read, each once a round (`on_demand` too)
     over_read   = a store in a bucket (storage.s3, data/s3/source.py) only: bytes between rows
                   read in the same ranged request
@@ -56,6 +56,7 @@ from grappa.data.errors import ChunkStoreError
 from grappa.data.halo_rows import HaloChunkRows, HaloRows
 from grappa.data.pace import Pace
 from grappa.data.store.assign import ChunkAssignment
+from grappa.data.store.feature_codec import encoding_of, rows_view, stored_width
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
 from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
@@ -236,7 +237,7 @@ class LocalCopy:
         store_row = np.empty(ids.size, dtype=np.int64)
         out.hold(store_row)
         x_dtype = np.dtype(self._entry(owned[0], "x.npy")["dtype"]) if owned else np.dtype(np.float32)
-        nf = int(self.manifest["num_features"])
+        nf = stored_width(encoding_of(self.manifest), int(self.manifest["num_features"]))  # x.npy columns
         if not ids.size and not self.as_read:  # no halo (one worker, or every chunk owned): an empty x.npy
             np.save(tmp / "x.npy", np.empty((0, nf), dtype=x_dtype))
         x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \
@@ -406,11 +407,12 @@ class LocalView:
             if k in self.owned:
                 d = self.folder / chunk_dir(k)
                 self._maps[k] = {name[:-4]: map_npy(d / name) for name in CHUNK_FILES}
+                self._maps[k]["x"] = rows_view(self.manifest, self._maps[k]["x"])
             else:
                 h = self._halo
                 a, b = np.searchsorted(h["chunk"], [k, k + 1])
                 deg = np.asarray(h["deg"][a:b])
                 x = h["x"][a:b] if self.rows is None else HaloChunkRows(self.rows, int(a), int(b - a))
-                self._maps[k] = {"nodes": h["ids"][a:b], "x": x,
+                self._maps[k] = {"nodes": h["ids"][a:b], "x": rows_view(self.manifest, x),
                                  "indptr": np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)}
         return self._maps[k]

@@ -21,6 +21,7 @@ from torch import Tensor
 from grappa.data.blocks import Block
 from grappa.data.rowfiles import release
 from grappa.data.store.chunk_store import ChunkStore
+from grappa.data.store.feature_codec import rows_view
 from grappa.models import GNN
 
 DEFAULT_BLOCK_EDGES = 1 << 19  # ~ a few tens of MB per block at width 128
@@ -56,7 +57,7 @@ class StoreGraph:
 
     def rows(self, k: int) -> np.ndarray:
         """Chunk k's input features (the first layer's row source)."""
-        return self.array(k, "x.npy")
+        return rows_view(self.store.manifest, self.array(k, "x.npy"))
 
     def release(self) -> None:
         for arr in self._open:

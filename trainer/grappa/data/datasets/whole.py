@@ -17,7 +17,7 @@ _BLOCK = 1 << 22
 def read_whole(source: GraphSource) -> Data:
     xs, ys, splits, max_label = [], [], [], -1
     for b in source.node_blocks(_BLOCK):
-        xs.append(checked_features(b.x, np.dtype(np.float32), source, b.start))
+        xs.append(checked_features(b.x, "float32", source, b.start))
         splits.append(b.split)
         if b.y is not None:
             max_label = max(max_label, check_labels(b.y, b.split, source, b.start))

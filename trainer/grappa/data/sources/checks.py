@@ -6,6 +6,7 @@ import numpy as np
 
 from grappa.data.errors import DatasetError
 from grappa.data.sources.base import SPLIT_NAMES, SPLIT_NONE, EdgeBlock, GraphSource
+from grappa.data.store.feature_codec import BINARY, encode, not_binary, stored_dtype
 
 
 def _first(bad: np.ndarray) -> int:
@@ -20,15 +21,26 @@ def check_edge_ids(block: EdgeBlock, num_nodes: int) -> None:
                                f"outside [0, {num_nodes}) (the graph has {num_nodes} nodes)")
 
 
-def checked_features(x: np.ndarray, dtype: np.dtype, source: GraphSource, start: int) -> np.ndarray:
-    """x cast to the store's dtype, after checking every value is finite (and fits float16)."""
-    if x.dtype.kind not in "fiu":
+def checked_features(x: np.ndarray, encoding: str, source: GraphSource, start: int) -> np.ndarray:
+    """x as the store keeps it (data/store/feature_codec.py), after checking every value is
+    finite, fits float16 where stored so, and is 0 or 1 where packed as binary."""
+    if x.dtype.kind not in "fiub":
         raise DatasetError(f"{source.feature_origin}: features have dtype {x.dtype}; use float32")
     if x.dtype.kind == "f":
         finite = np.isfinite(x).all(axis=1)
         if not finite.all():
             raise DatasetError(f"{source.feature_origin} row {start + _first(~finite)}: NaN or infinite "
                                "feature; replace it (e.g. numpy.nan_to_num) or drop the node")
+    if encoding == BINARY:
+        bad = not_binary(x)
+        if bad.any():
+            i = _first(bad)
+            value = x[i][(x[i] != 0) & (x[i] != 1)][0]
+            raise DatasetError(f"{source.feature_origin} row {start + i}: feature value {value} is not "
+                               "0 or 1, and dataset.featureDtype: binary keeps only 0/1 features; "
+                               "set dataset.featureDtype: float32 (or float16)")
+        return encode(x, encoding)
+    dtype = stored_dtype(encoding)
     with np.errstate(over="ignore"):  # overflow to inf is caught just below, with the row
         out = x.astype(dtype, copy=False)
     if dtype == np.float16 and x.dtype != np.float16:

@@ -11,6 +11,7 @@ import torch
 from grappa.data.errors import ChunkStoreError
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from grappa.data.store.assign import ChunkAssignment
+from grappa.data.store.feature_codec import rows_view
 from grappa.data.store.manifest import CHUNK_OF, chunk_dir, read_manifest
 from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
@@ -127,8 +128,10 @@ class ChunkStore:
     def chunk_maps(self, k: int) -> dict[str, np.ndarray]:
         """Chunk k's arrays as verified read-only memory maps, keyed by name without .npy: what a
         worker builds its local graph from without copying whole files."""
-        return {name[:-4]: self._array(k, name) for name in
+        maps = {name[:-4]: self._array(k, name) for name in
                 ("nodes.npy", "indptr.npy", "indices.npy", "x.npy", "y.npy", "split.npy")}
+        maps["x"] = rows_view(self.manifest, maps["x"])  # float32 values, whatever the encoding
+        return maps
 
     @property
     def assignment(self) -> ChunkAssignment:
@@ -147,7 +150,7 @@ class ChunkStore:
             k=k, nodes=torch.from_numpy(self._load(k, "nodes.npy")).long(),
             indptr=torch.from_numpy(self._load(k, "indptr.npy")),
             indices=torch.from_numpy(self._load(k, "indices.npy")).long(),
-            x=torch.from_numpy(self._load(k, "x.npy")).float(),
+            x=torch.from_numpy(np.asarray(rows_view(self.manifest, self._load(k, "x.npy")))).float(),
             y=torch.from_numpy(self._load(k, "y.npy")).long(),
             train_mask=split == SPLIT_TRAIN, val_mask=split == SPLIT_VAL, test_mask=split == SPLIT_TEST)
 
@@ -178,7 +181,7 @@ class ChunkStore:
                 self._nodes[k] = self._load(k, "nodes.npy")
             rows = np.searchsorted(self._nodes[k], ids[pos].numpy())
             sort = np.argsort(rows, kind="stable")  # ascending rows: sequential reads
-            x_map, indptr = self._array(k, "x.npy"), self._array(k, "indptr.npy")
+            x_map, indptr = rows_view(self.manifest, self._array(k, "x.npy")), self._array(k, "indptr.npy")
             xr = np.asarray(x_map[rows[sort]], dtype=np.float32)
             dr = indptr[rows[sort] + 1] - indptr[rows[sort]]
             self.bytes_read += xr.shape[0] * x_map.strides[0] + 2 * indptr.itemsize * dr.size

@@ -18,6 +18,7 @@ from grappa.data.errors import DatasetError
 from grappa.data.sources.base import EdgePart, GraphSource
 from grappa.data.sources.checks import check_edge_ids, check_labels, checked_features
 from grappa.data.store.assign import ChunkAssignment
+from grappa.data.store.feature_codec import stored_dtype, stored_width
 from grappa.data.store.manifest import chunk_dir
 from grappa.data.store.npywriter import NpyWriter
 from grappa.data.store.prepare_progress import Counters
@@ -32,7 +33,7 @@ class Plan:
     num_chunks: int
     seed: int
     id_dtype: np.dtype
-    feature_dtype: np.dtype
+    feature_dtype: str  # a feature_codec encoding
     range_bits: int
     block_edges: int
     staging: Path
@@ -57,7 +58,8 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
         folder = plan.staging / chunk_dir(k)
         folder.mkdir(exist_ok=True)
         rows = assign.size(k)
-        writers["x.npy"].append(NpyWriter(folder / "x.npy", plan.feature_dtype, (f,), rows))
+        writers["x.npy"].append(NpyWriter(folder / "x.npy", stored_dtype(plan.feature_dtype),
+                                          (stored_width(plan.feature_dtype, f),), rows))
         writers["split.npy"].append(NpyWriter(folder / "split.npy", np.uint8, (), rows))
         if source.labeller is None:
             writers["y.npy"].append(NpyWriter(folder / "y.npy", np.int32, (), rows))

@@ -30,6 +30,7 @@ from grappa.data.errors import ChunkStoreError, DatasetError
 from grappa.data.sources.base import GraphSource
 from grappa.data.sources.checks import check_label_gaps
 from grappa.data.store.assign import ChunkAssignment
+from grappa.data.store.feature_codec import BINARY, stored_dtype
 from grappa.data.store.finalise import RangeResult, RangeTask, finalise_range
 from grappa.data.store.manifest import (
     CHUNK_OF, LINK_DIR, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest
@@ -139,7 +140,9 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
     try:
         staged = source.stage(staging, staging / ".spill" / "stage", block_edges)
         ChunkAssignment(source.num_nodes, num_chunks, seed)
-        plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), np.dtype(feature_dtype),
+        binary = isinstance(feature_dtype, str) and feature_dtype == BINARY
+        encoding = BINARY if binary else np.dtype(feature_dtype).name
+        plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), encoding,
                     plan_range_bits(source.num_nodes, source.stored_edges_estimate, block_edges),
                     block_edges, staging, staging / ".spill")
         nworkers = default_workers(source, block_edges, workers)
@@ -268,7 +271,9 @@ def _manifest(source: GraphSource, plan: Plan, source_id: dict, nodes_out: dict[
     manifest.update({
         "num_nodes": plan.num_nodes, "num_edges": int(sum(stats["edges"])),
         "source_edges": edges_read, "num_features": source.num_features, "num_classes": int(num_classes),
-        "id_dtype": plan.id_dtype.str, "feature_dtype": plan.feature_dtype.str,
+        "id_dtype": plan.id_dtype.str, "feature_dtype": stored_dtype(plan.feature_dtype).str,
+        # binary rows are packed bits (feature_codec); stores of the float encodings omit the key
+        **({"feature_encoding": BINARY} if plan.feature_dtype == BINARY else {}),
         "chunk_of": {"file": CHUNK_OF, **stats["chunk_of"]}, "chunks": chunks,
     })
     return manifest
