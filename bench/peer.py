@@ -57,9 +57,9 @@ RESULTS = ROOT / "docs" / "results"
 SHOWN = ("epoch_seconds", "kernel_bytes_per_epoch", "test_acc", "error")  # printed per run
 DATASETS = {
     "coauthor-physics": {"name": "coauthor-physics"},
-    # the same graph, Grappa's store packing its 0/1 features (dataset.featureDtype: binary);
-    # DistDGL reads the same float32 features as for coauthor-physics
-    "coauthor-physics-binary": {"name": "coauthor-physics", "featureDtype": "binary"},
+    # the same graph, Grappa's store keeping its word counts as sparse rows (dataset.featureDtype:
+    # sparse); DistDGL reads the same float32 features as for coauthor-physics
+    "coauthor-physics-sparse": {"name": "coauthor-physics", "featureDtype": "sparse"},
     "rmat": {"name": "rmat", "synthetic": {"scale": 17, "numFeatures": 64}},  # 131K nodes, 2.1M edges
     # 1M nodes, 16.8M edges: a graph on which P = 64 still leaves each machine real work
     "rmat-20": {"name": "rmat", "synthetic": {"scale": 20, "numFeatures": 64}},

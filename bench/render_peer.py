@@ -30,7 +30,7 @@ LABEL = {"grappa": "Grappa", "grappa-star": "Grappa, previous star exchange", "d
 # DistDGL ÷ Grappa to reach, measured (issue 25): (dataset, P, link) -> ratio
 TARGETS = {("coauthor-physics", 8, "1gbit"): 2.5, ("rmat", 8, "1gbit"): 2.0}
 SCALARS = 5  # float32 scalars in a step message (runtime/exchange.py)
-SHORT = {"coauthor-physics": "Physics", "coauthor-physics-binary": "Physics (binary store)",
+SHORT = {"coauthor-physics": "Physics", "coauthor-physics-sparse": "Physics (sparse store)",
          "rmat": "RMAT-17", "rmat-20": "RMAT-20"}
 PROJECT_TO = (8, 16, 32, 64)
 PROJECT_RATES = ("1gbit", "10gbit")

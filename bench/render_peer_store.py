@@ -25,7 +25,7 @@ from netns import PRESETS, rate_bytes_per_s  # noqa: E402
 from render_peer import MB, QUIET_LOAD, SHORT, busy, fmt, med, times  # noqa: E402
 
 BOUNDARY_TARGET = 1.5  # issue 37: a round boundary at most this many steady epochs
-RATIO_TARGETS = {"coauthor-physics": 3.0, "coauthor-physics-binary": 3.0, "rmat": 4.0,
+RATIO_TARGETS = {"coauthor-physics": 3.0, "coauthor-physics-sparse": 3.0, "rmat": 4.0,
                  "rmat-20": 4.0}  # issue 37, P = 8 at 1 Gbit/s
 PROJECT_P = 64
 
@@ -250,9 +250,9 @@ def render(runs: dict, out: Path) -> Path:
           "the next round's in the background (storage.fetch prefetch); their storeDir is an empty mirror, so "
           "every store byte any process reads crosses that link. With store `local`, the store is on the host's "
           "disk as in `peer.md`. DistDGL loads its partitions from the host's disk at its start (its set-up).", "",
-          "*Physics (binary store)* is the same graph and job with Grappa's store packing its features, which "
-          "are all 0 or 1, eight to a byte (`dataset.featureDtype: binary`): a bit per feature in the store "
-          "and on its link instead of 4 bytes, and the workers compute on the same float32 values. DistDGL reads "
+          "*Physics (sparse store)* is the same graph and job with Grappa's store keeping each feature row, "
+          "word counts mostly 0, as its non-zero (column, value) pairs padded to the fullest row "
+          "(`dataset.featureDtype: sparse`); the workers compute on the same float32 values. DistDGL reads "
           "the same float32 features in both; its own runs are measured again beside each.", "",
           "Evaluation runs after the last epoch only (evalEvery = epochs; it cannot be off): with a bucket store it "
           "mirrors the whole store, which is outside every epoch's window and shown apart (storage link MB "

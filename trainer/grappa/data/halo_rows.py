@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from grappa.data.s3.source import GAP_BYTES
-from grappa.data.store.feature_codec import encoding_of, stored_dtype, stored_row_bytes, stored_width
+from grappa.data.store.feature_codec import codec_of
 from grappa.util.npy import map_npy
 
 _SLAB = 1 << 23  # bytes of rows read from the store at once
@@ -39,7 +39,7 @@ _SLAB = 1 << 23  # bytes of rows read from the store at once
 def rows_as_read(manifest: dict) -> bool:
     """Whether a mini-batch round's halo rows are fetched as read (module docstring): rows wider
     than half the gap a bucket read merges."""
-    return 2 * stored_row_bytes(manifest) > GAP_BYTES
+    return 2 * codec_of(manifest).row_bytes > GAP_BYTES
 
 
 class HaloRows:
@@ -50,9 +50,8 @@ class HaloRows:
         self.copy, self.counts = copy, counts
         self.chunk = np.asarray(map_npy(halo_dir / "chunk.npy"))
         self.row = np.asarray(map_npy(halo_dir / "row.npy"))
-        encoding = encoding_of(copy.manifest)
-        self.width = stored_width(encoding, int(copy.manifest["num_features"]))  # stored columns
-        self.dtype = stored_dtype(encoding)
+        codec = codec_of(copy.manifest)
+        self.width, self.dtype = codec.columns, codec.dtype  # of stored rows
         self.row_bytes = self.width * self.dtype.itemsize
         self.slot = np.full(self.chunk.size, -1, dtype=np.int64)  # position -> row of the cache file
         self.cached = 0

@@ -56,7 +56,7 @@ from grappa.data.errors import ChunkStoreError
 from grappa.data.halo_rows import HaloChunkRows, HaloRows
 from grappa.data.pace import Pace
 from grappa.data.store.assign import ChunkAssignment
-from grappa.data.store.feature_codec import encoding_of, rows_view, stored_width
+from grappa.data.store.feature_codec import codec_of, rows_view
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
 from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
@@ -236,8 +236,8 @@ class LocalCopy:
         out.hold(ids, chunks, deg)
         store_row = np.empty(ids.size, dtype=np.int64)
         out.hold(store_row)
-        x_dtype = np.dtype(self._entry(owned[0], "x.npy")["dtype"]) if owned else np.dtype(np.float32)
-        nf = stored_width(encoding_of(self.manifest), int(self.manifest["num_features"]))  # x.npy columns
+        codec = codec_of(self.manifest)
+        x_dtype, nf = codec.dtype, codec.columns  # of stored rows
         if not ids.size and not self.as_read:  # no halo (one worker, or every chunk owned): an empty x.npy
             np.save(tmp / "x.npy", np.empty((0, nf), dtype=x_dtype))
         x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \

@@ -9,6 +9,7 @@ from torch_geometric.data import Data
 from grappa.data.datasets.graph import clean_edges
 from grappa.data.errors import DatasetError
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
+from grappa.data.store.feature_codec import Codec
 from grappa.data.sources.checks import check_edge_ids, check_label_gaps, check_labels, checked_features
 
 _BLOCK = 1 << 22
@@ -17,7 +18,7 @@ _BLOCK = 1 << 22
 def read_whole(source: GraphSource) -> Data:
     xs, ys, splits, max_label = [], [], [], -1
     for b in source.node_blocks(_BLOCK):
-        xs.append(checked_features(b.x, "float32", source, b.start))
+        xs.append(checked_features(b.x, Codec("float32", source.num_features), source, b.start))
         splits.append(b.split)
         if b.y is not None:
             max_label = max(max_label, check_labels(b.y, b.split, source, b.start))

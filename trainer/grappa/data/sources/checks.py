@@ -6,7 +6,7 @@ import numpy as np
 
 from grappa.data.errors import DatasetError
 from grappa.data.sources.base import SPLIT_NAMES, SPLIT_NONE, EdgeBlock, GraphSource
-from grappa.data.store.feature_codec import BINARY, encode, not_binary, stored_dtype
+from grappa.data.store.feature_codec import BINARY, Codec, not_binary
 
 
 def _first(bad: np.ndarray) -> int:
@@ -21,7 +21,7 @@ def check_edge_ids(block: EdgeBlock, num_nodes: int) -> None:
                                f"outside [0, {num_nodes}) (the graph has {num_nodes} nodes)")
 
 
-def checked_features(x: np.ndarray, encoding: str, source: GraphSource, start: int) -> np.ndarray:
+def checked_features(x: np.ndarray, codec: Codec, source: GraphSource, start: int) -> np.ndarray:
     """x as the store keeps it (data/store/feature_codec.py), after checking every value is
     finite, fits float16 where stored so, and is 0 or 1 where packed as binary."""
     if x.dtype.kind not in "fiub":
@@ -31,16 +31,16 @@ def checked_features(x: np.ndarray, encoding: str, source: GraphSource, start: i
         if not finite.all():
             raise DatasetError(f"{source.feature_origin} row {start + _first(~finite)}: NaN or infinite "
                                "feature; replace it (e.g. numpy.nan_to_num) or drop the node")
-    if encoding == BINARY:
+    if codec.encoding == BINARY:
         bad = not_binary(x)
         if bad.any():
             i = _first(bad)
             value = x[i][(x[i] != 0) & (x[i] != 1)][0]
             raise DatasetError(f"{source.feature_origin} row {start + i}: feature value {value} is not "
-                               "0 or 1, and dataset.featureDtype: binary keeps only 0/1 features; "
-                               "set dataset.featureDtype: float32 (or float16)")
-        return encode(x, encoding)
-    dtype = stored_dtype(encoding)
+                               "0 or 1, and dataset.featureDtype: binary keeps only 0/1 features; set "
+                               "dataset.featureDtype: sparse (features mostly 0) or float32")
+        return codec.encode(x)
+    dtype = np.dtype(np.float16 if codec.encoding == "float16" else np.float32)
     with np.errstate(over="ignore"):  # overflow to inf is caught just below, with the row
         out = x.astype(dtype, copy=False)
     if dtype == np.float16 and x.dtype != np.float16:
@@ -48,7 +48,7 @@ def checked_features(x: np.ndarray, encoding: str, source: GraphSource, start: i
         if over.any():
             raise DatasetError(f"{source.feature_origin} row {start + _first(over)}: a feature exceeds "
                                "float16's range (65504); set dataset.featureDtype: float32 or rescale")
-    return out
+    return codec.encode(out)
 
 
 def check_labels(y: np.ndarray, split: np.ndarray, source: GraphSource, start: int) -> int:

@@ -1,46 +1,147 @@
 """How the chunk store keeps feature rows (dataset.featureDtype), and how readers get float32 back.
 
-float32 and float16 rows are stored as they are. `binary` packs features that are all 0 or 1 (the
-bag-of-words graphs: Cora, Coauthor, Amazon) eight to a byte, numpy.packbits with little bit
-order, so a row of f features takes ceil(f / 8) bytes: a Coauthor-Physics row (8,415 columns)
-takes 1,052 bytes instead of 33,660. Lossless: prepare refuses any other value, naming its row.
+float32 and float16 rows are stored as they are. Two encodings shrink mostly-zero features, and
+with them the store's disk, page cache and link (what a worker fetches each round):
 
-Whatever the encoding, x.npy stays a 2-D array of rows ([n_k, width], width = stored_width), so
-fetching, copying and row counting work on stored rows unchanged; a reader that needs values wraps
-the rows in `rows_view` and gets float32 [.., f] from indexing. What crosses the store's link and
-what the byte counters count is the stored row.
+- `binary`: features that are all 0 or 1 (Cora, Amazon) packed eight to a byte (numpy.packbits,
+  little bit order): ceil(f / 8) bytes a row. Prepare refuses any other value, naming its row.
+- `sparse`: each row as its non-zero entries, W (column, value) pairs, W the graph's largest
+  count of non-zeros in a row (found by one more read of the features), rows with fewer padded
+  with value 0: W x (2 or 4 + 4) bytes a row, the column a uint16 below 65,536 features. The
+  values stay float32. Coauthor-Physics (8,415 word counts, at most 335 non-zero in a row):
+  2,010 bytes instead of 33,660.
+
+Whatever the encoding, x.npy stays a 2-D array of fixed-size rows ([n_k, columns]), so fetching,
+copying and counting rows work on stored rows unchanged; a reader that needs values wraps them in
+`Codec.view` and gets float32 [.., f] by indexing. What crosses the store's link and what the
+byte counters count is the stored row.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 import numpy as np
 
-ENCODINGS = ("float32", "float16", "binary")
-BINARY = "binary"
+ENCODINGS = ("float32", "float16", "binary", "sparse")
+BINARY, SPARSE = "binary", "sparse"
+_VALUE = np.dtype("<f4")  # a sparse entry's value
 
 
-def encoding_of(manifest: dict[str, Any]) -> str:
-    """A store's encoding: `feature_encoding` where binary (stores written before it have none),
-    else the float dtype its x.npy files hold."""
-    if manifest.get("feature_encoding") == BINARY:
-        return BINARY
-    return np.dtype(manifest["feature_dtype"]).name
+@dataclass(frozen=True)
+class Codec:
+    encoding: str
+    num_features: int
+    width: int = 0  # sparse: the (column, value) entries a row holds
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        return np.dtype("<u2" if self.num_features <= 1 << 16 else "<u4")
+
+    @property
+    def dtype(self) -> np.dtype:
+        """x.npy's dtype."""
+        return np.dtype(np.uint8 if self.encoding in (BINARY, SPARSE) else self.encoding)
+
+    @property
+    def columns(self) -> int:
+        """x.npy's second dimension."""
+        if self.encoding == BINARY:
+            return (self.num_features + 7) // 8
+        if self.encoding == SPARSE:
+            return self.width * (self.index_dtype.itemsize + _VALUE.itemsize)
+        return self.num_features
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one stored row: what fetching a node's features moves."""
+        return self.columns * self.dtype.itemsize
+
+    def manifest_fields(self) -> dict[str, Any]:
+        """What the manifest records beside feature_dtype (the float encodings: nothing, as
+        stores written before the other encodings)."""
+        if self.encoding == BINARY:
+            return {"feature_encoding": BINARY}
+        if self.encoding == SPARSE:
+            return {"feature_encoding": SPARSE, "sparse_width": self.width}
+        return {}
+
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """Rows as x.npy keeps them (values already checked)."""
+        if self.encoding == BINARY:
+            return np.packbits(x != 0, axis=1, bitorder="little")
+        if self.encoding != SPARSE:
+            return x.astype(self.dtype, copy=False)
+        m, w = x.shape[0], self.width
+        r, c = np.nonzero(x)  # row-major: each row's entries in ascending column
+        first = np.searchsorted(r, np.arange(m))
+        slot = np.arange(r.size) - first[r]
+        if slot.size and slot.max() >= w:
+            raise ValueError(f"a row has more than {w} non-zero features")
+        cols = np.zeros((m, w), dtype=self.index_dtype)
+        vals = np.zeros((m, w), dtype=_VALUE)
+        cols[r, slot] = c
+        vals[r, slot] = x[r, c]
+        return np.concatenate([cols.view(np.uint8), vals.view(np.uint8)], axis=1)
+
+    def decode(self, rows) -> np.ndarray:
+        """float32 [.., num_features] of stored rows (binary or sparse)."""
+        rows = np.asarray(rows, dtype=np.uint8)
+        f = self.num_features
+        if self.encoding == BINARY:
+            return np.unpackbits(rows, axis=-1, count=f, bitorder="little").astype(np.float32)
+        lead = rows.shape[:-1]
+        flat = rows.reshape(-1, self.columns)
+        split = self.width * self.index_dtype.itemsize
+        cols = np.ascontiguousarray(flat[:, :split]).view(self.index_dtype)
+        vals = np.ascontiguousarray(flat[:, split:]).view(_VALUE)
+        out = np.zeros((flat.shape[0], f), dtype=np.float32)
+        r, j = np.nonzero(vals)  # padding holds value 0
+        out[r, cols[r, j]] = vals[r, j]
+        return out.reshape(lead + (f,))
+
+    def view(self, rows):
+        """x rows (a memory map, or anything indexed like one) as values: themselves unless
+        binary or sparse."""
+        return CodedRows(rows, self) if self.encoding in (BINARY, SPARSE) else rows
 
 
-def stored_dtype(encoding: str) -> np.dtype:
-    return np.dtype(np.uint8 if encoding == BINARY else encoding)
+class CodedRows:
+    """Stored rows read like a float32 array of rows: indexing decodes. `strides[0]` and `nbytes`
+    are the stored ones, what reading a row costs."""
+
+    def __init__(self, stored, codec: Codec) -> None:
+        self.stored, self.codec = stored, codec
+        self.shape = (stored.shape[0], codec.num_features)
+        self.dtype = np.dtype(np.float32)
+        self.strides = (stored.strides[0], stored.strides[0])
+        self.nbytes = stored.nbytes
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, idx) -> np.ndarray:
+        return self.codec.decode(self.stored[idx])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.codec.decode(self.stored[:])
+        return out if dtype is None else out.astype(dtype, copy=False)
 
 
-def stored_width(encoding: str, num_features: int) -> int:
-    """Columns of x.npy for `num_features` features."""
-    return (num_features + 7) // 8 if encoding == BINARY else num_features
+def codec_of(manifest: dict[str, Any]) -> Codec:
+    """A store's codec: `feature_encoding` where binary or sparse, else the float dtype of x.npy."""
+    f = int(manifest["num_features"])
+    enc = manifest.get("feature_encoding")
+    if enc == SPARSE:
+        return Codec(SPARSE, f, int(manifest["sparse_width"]))
+    if enc == BINARY:
+        return Codec(BINARY, f)
+    return Codec(np.dtype(manifest["feature_dtype"]).name, f)
 
 
-def stored_row_bytes(manifest: dict[str, Any]) -> int:
-    """Bytes of one stored row: what fetching a node's features moves."""
-    enc = encoding_of(manifest)
-    return stored_width(enc, int(manifest["num_features"])) * stored_dtype(enc).itemsize
+def rows_view(manifest: dict[str, Any], rows):
+    """x rows of a store with this manifest, as float32 values."""
+    return codec_of(manifest).view(rows)
 
 
 def not_binary(x: np.ndarray) -> np.ndarray:
@@ -48,44 +149,6 @@ def not_binary(x: np.ndarray) -> np.ndarray:
     return ~((x == 0) | (x == 1)).all(axis=1)
 
 
-def encode(x: np.ndarray, encoding: str) -> np.ndarray:
-    """Rows as x.npy keeps them (values already checked)."""
-    if encoding == BINARY:
-        return np.packbits(x != 0, axis=1, bitorder="little")
-    return x.astype(stored_dtype(encoding), copy=False)
-
-
-def decode(rows: np.ndarray, num_features: int) -> np.ndarray:
-    """float32 [.., num_features] of packed binary rows."""
-    bits = np.unpackbits(np.asarray(rows, dtype=np.uint8), axis=-1, count=num_features, bitorder="little")
-    return bits.astype(np.float32)
-
-
-class PackedRows:
-    """Packed binary rows read like a float32 array of rows: indexing decodes. `strides[0]` and
-    `nbytes` are the stored ones, what reading a row costs."""
-
-    def __init__(self, packed, num_features: int) -> None:
-        self.packed = packed
-        self.num_features = num_features
-        self.shape = (packed.shape[0], num_features)
-        self.dtype = np.dtype(np.float32)
-        self.strides = (packed.strides[0], packed.strides[0])
-        self.nbytes = packed.nbytes
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, idx) -> np.ndarray:
-        return decode(self.packed[idx], self.num_features)
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        out = decode(self.packed[:], self.num_features)
-        return out if dtype is None else out.astype(dtype, copy=False)
-
-
-def rows_view(manifest: dict[str, Any], rows):
-    """x rows (a memory map, or anything indexed like one) as values: themselves unless packed."""
-    if encoding_of(manifest) == BINARY:
-        return PackedRows(rows, int(manifest["num_features"]))
-    return rows
+def sparse_width(blocks: Iterable[np.ndarray]) -> int:
+    """The most non-zero features in any row of `blocks` (at least 1: a row is never empty)."""
+    return max([1] + [int(np.count_nonzero(x, axis=1).max()) for x in blocks if x.shape[0]])

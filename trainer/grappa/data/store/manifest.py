@@ -8,9 +8,9 @@ Layout of a store folder:
     chunk-<k>/indptr.npy     [n_k + 1] int64: CSR by destination over nodes.npy's order
     chunk-<k>/indices.npy    [E_k] global source ids of every in-edge of the chunk's nodes,
                              sorted by (destination, source); no duplicates, no self-loops
-    chunk-<k>/x.npy          [n_k, f] float32 or float16, or with dataset.featureDtype binary
-                             [n_k, ceil(f / 8)] uint8 of packed 0/1 features (feature_codec.py;
-                             the manifest then says "feature_encoding": "binary")
+    chunk-<k>/x.npy          [n_k, f] float32 or float16, or with dataset.featureDtype binary or
+                             sparse uint8 rows encoding them (feature_codec.py; the manifest then
+                             has "feature_encoding", and for sparse "sparse_width")
     chunk-<k>/y.npy          [n_k] int32 label, -1 = unlabelled
     chunk-<k>/split.npy      [n_k] uint8: 0 none, 1 train, 2 val, 3 test
     link/*.npy               task link-prediction only: the supervision edges and the

@@ -18,7 +18,7 @@ from grappa.data.errors import DatasetError
 from grappa.data.sources.base import EdgePart, GraphSource
 from grappa.data.sources.checks import check_edge_ids, check_labels, checked_features
 from grappa.data.store.assign import ChunkAssignment
-from grappa.data.store.feature_codec import stored_dtype, stored_width
+from grappa.data.store.feature_codec import SPARSE, Codec, sparse_width
 from grappa.data.store.manifest import chunk_dir
 from grappa.data.store.npywriter import NpyWriter
 from grappa.data.store.prepare_progress import Counters
@@ -53,13 +53,15 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
     """Write x.npy, split.npy (and y.npy unless the graph labels itself) of every chunk."""
     assign = plan.assignment
     f = source.num_features
+    # sparse rows are as wide as the fullest row: one more read of the features finds it
+    width = sparse_width(b.x for b in source.node_blocks(plan.block_rows)) if plan.feature_dtype == SPARSE else 0
+    codec = Codec(plan.feature_dtype, f, width)
     writers: dict[str, list[NpyWriter]] = {"x.npy": [], "split.npy": [], "y.npy": []}
     for k in range(plan.num_chunks):
         folder = plan.staging / chunk_dir(k)
         folder.mkdir(exist_ok=True)
         rows = assign.size(k)
-        writers["x.npy"].append(NpyWriter(folder / "x.npy", stored_dtype(plan.feature_dtype),
-                                          (stored_width(plan.feature_dtype, f),), rows))
+        writers["x.npy"].append(NpyWriter(folder / "x.npy", codec.dtype, (codec.columns,), rows))
         writers["split.npy"].append(NpyWriter(folder / "split.npy", np.uint8, (), rows))
         if source.labeller is None:
             writers["y.npy"].append(NpyWriter(folder / "y.npy", np.int32, (), rows))
@@ -71,7 +73,7 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
         if block.start != seen or block.x.shape[1:] != (f,):
             raise DatasetError(f"{source.feature_origin}: rows from {block.start} have shape "
                                f"{block.x.shape[1:]}, expected ({f},)")
-        x = checked_features(block.x, plan.feature_dtype, source, block.start)
+        x = checked_features(block.x, codec, source, block.start)
         if block.y is not None:
             max_label = max(max_label, check_labels(block.y, block.split, source, block.start))
             if source.num_classes is None:
@@ -95,7 +97,7 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
                            f"{source.num_nodes} nodes")
     files = {name: [w.close() for w in ws] for name, ws in writers.items() if ws}
     return {"files": files, "split_counts": split_counts.tolist(), "max_label": max_label,
-            "labels_used": sorted(used)}
+            "labels_used": sorted(used), "codec": codec.manifest_fields()}
 
 
 def edge_pass(part: EdgePart, source_nodes: int, add_inverse: bool, plan: Plan,

@@ -30,7 +30,7 @@ from grappa.data.errors import ChunkStoreError, DatasetError
 from grappa.data.sources.base import GraphSource
 from grappa.data.sources.checks import check_label_gaps
 from grappa.data.store.assign import ChunkAssignment
-from grappa.data.store.feature_codec import BINARY, stored_dtype
+from grappa.data.store.feature_codec import ENCODINGS, Codec
 from grappa.data.store.finalise import RangeResult, RangeTask, finalise_range
 from grappa.data.store.manifest import (
     CHUNK_OF, LINK_DIR, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest
@@ -140,8 +140,7 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
     try:
         staged = source.stage(staging, staging / ".spill" / "stage", block_edges)
         ChunkAssignment(source.num_nodes, num_chunks, seed)
-        binary = isinstance(feature_dtype, str) and feature_dtype == BINARY
-        encoding = BINARY if binary else np.dtype(feature_dtype).name
+        encoding = feature_dtype if feature_dtype in ENCODINGS else np.dtype(feature_dtype).name
         plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), encoding,
                     plan_range_bits(source.num_nodes, source.stored_edges_estimate, block_edges),
                     block_edges, staging, staging / ".spill")
@@ -271,9 +270,8 @@ def _manifest(source: GraphSource, plan: Plan, source_id: dict, nodes_out: dict[
     manifest.update({
         "num_nodes": plan.num_nodes, "num_edges": int(sum(stats["edges"])),
         "source_edges": edges_read, "num_features": source.num_features, "num_classes": int(num_classes),
-        "id_dtype": plan.id_dtype.str, "feature_dtype": stored_dtype(plan.feature_dtype).str,
-        # binary rows are packed bits (feature_codec); stores of the float encodings omit the key
-        **({"feature_encoding": BINARY} if plan.feature_dtype == BINARY else {}),
+        "id_dtype": plan.id_dtype.str, "feature_dtype": Codec(plan.feature_dtype, 0).dtype.str,
+        **nodes_out["codec"],  # binary and sparse rows: how x.npy encodes them (feature_codec)
         "chunk_of": {"file": CHUNK_OF, **stats["chunk_of"]}, "chunks": chunks,
     })
     return manifest
