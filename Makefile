@@ -147,8 +147,8 @@ bench-peer: venv peer-env
 # rounds every 2 over 5 epochs (boundaries at epochs 2 and 4) and every 10 over 21. Needs root and
 # hack/seaweedfs.sh's weed (built by the first line if missing: Go and the module proxy). Each line resumes.
 bench-peer-store: venv peer-env
-	$(PY) bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets coauthor-physics,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
-	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
+	$(PY) bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets coauthor-physics,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
+	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
 
 clean-data:
 	rm -rf .data runs
