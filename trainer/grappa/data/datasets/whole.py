@@ -9,8 +9,8 @@ from torch_geometric.data import Data
 from grappa.data.datasets.graph import clean_edges
 from grappa.data.errors import DatasetError
 from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSource
-from grappa.data.store.feature_codec import Codec
 from grappa.data.sources.checks import check_edge_ids, check_label_gaps, check_labels, checked_features
+from grappa.data.store.feature_codec import Codec
 
 _BLOCK = 1 << 22
 
