@@ -56,6 +56,25 @@ def test_a_new_budget_spreads_the_rest_and_more_bytes_join_it():
     assert c.now == pytest.approx(160.0)
 
 
+def test_expected_bytes_keep_the_first_ones_from_taking_the_whole_budget():
+    c = Clock()
+    p = Pace(10.0, clock=c, sleep=c.sleep)
+    p.begin(200)  # the chunk files
+    p.expect(800)  # the halo's rows, of a size known only later
+    p.spend(200)  # a fifth of the bytes: a fifth of the budget, not all of it
+    assert c.now == pytest.approx(102.0)
+    p.settle(300)  # fewer than expected: the rest of the budget for them
+    assert p.total == 500
+    p.spend(300)
+    assert c.now == pytest.approx(110.0)
+    q = Pace(10.0, clock=c, sleep=c.sleep)
+    q.begin(100)
+    q.expect(900)
+    q.spend(100)
+    q.settle(0)  # none came (a halo fetched before): the fetch is done, never below what it spent
+    assert q.total == q.done == 100
+
+
 def test_release_lets_a_waiting_fetch_go_at_once():
     p = Pace(3600.0)  # the real clock: an hour for the bytes
     p.begin(10)

@@ -236,7 +236,8 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     deadline = time.monotonic() + 60
     while pace.done == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pace.total == arrays.chunk_bytes([var2])  # the chunk's files (the halo's rows come after)
+    # the chunk's files, and the next halo's rows expected as many as this round's
+    assert pace.total == arrays.chunk_bytes([var2]) + arrays.halo_bytes(base + [var])[1]
     assert 0 < pace.done < pace.total and pace.due() > 0  # the first block came, the rest waits
     fetcher.ahead(base + [var2], seconds=7200.0)  # budgeted anew, not fetched twice
     assert fetcher._pace is pace and pace.deadline > pace.t_ref + 7000
@@ -293,10 +294,10 @@ class _FailingCopy(LocalCopy):
         super().__init__(store, folder)
         self.fails = fails
 
-    def fetch(self, owned, out=None, pace=None):
+    def fetch(self, owned, out=None, pace=None, expect_rows=0):
         if list(owned) == self.fails:
             raise OSError("No space left on device")
-        return super().fetch(owned, out, pace)
+        return super().fetch(owned, out, pace, expect_rows)
 
 
 def test_a_failed_fetch_ahead_is_reported_with_the_round_it_was_for(prepared, tmp_path, caplog):

@@ -184,19 +184,32 @@ class LocalCopy:
         return self._entry(k, name)["data_bytes"]
 
     # -- fetching -------------------------------------------------------------------------------
-    def fetch(self, owned: Sequence[int], out: Fetched | None = None, pace: Pace | None = None) -> Fetched:
+    def fetch(self, owned: Sequence[int], out: Fetched | None = None, pace: Pace | None = None,
+              expect_rows: int = 0) -> Fetched:
         """Bring the owned chunks and their halo into the folder (what is there and intact
         stays); `out` is filled as it goes, so another thread can watch the bytes it holds;
-        `pace` spreads the chunk files' bytes over its budget (a fetch ahead: data/pace.py)."""
+        `pace` spreads the chunk files' and the halo rows' bytes over its budget (a fetch ahead:
+        data/pace.py), the rows' counted from the start as `expect_rows` bytes (the halo is
+        known only once the chunks are here)."""
         out = out if out is not None else Fetched()
         todo = [k for k in owned if not self._usable_chunk(k)]
         if pace is not None:
             pace.begin(sum(self._entry(k, name)["data_bytes"] for k in todo for name in CHUNK_FILES))
+            pace.expect(expect_rows if not self.as_read else 0)
         for k in todo:
             self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, out, pace))
         if not self._usable_halo(owned):
             self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out, pace))
+        elif pace is not None:
+            pace.settle(0)
         return out
+
+    def halo_row_bytes(self, owned: Sequence[int]) -> int:
+        """The bytes of the feature rows in `owned`'s fetched halo (0: none here, or as read)."""
+        path = self.folder / halo_key(owned) / "x.npy"
+        if self.as_read or not path.exists():
+            return 0
+        return path.stat().st_size - map_npy(path).offset
 
     def _atomically(self, name: str, write) -> None:
         """write(tmp folder), then the folder renamed to `name`: complete, or not there at all."""
@@ -244,8 +257,8 @@ class LocalCopy:
             if ids.size and not self.as_read else None
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
         row_bytes = nf * x_dtype.itemsize
-        if pace is not None and x_out is not None:  # the rows are paced too (the index is small)
-            pace.begin(ids.size * row_bytes)
+        if pace is not None:  # the rows are paced too (the index is small)
+            pace.settle(ids.size * row_bytes if x_out is not None else 0)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
             nodes = self._read_all(k, "nodes.npy")  # read whole: the rows are searched

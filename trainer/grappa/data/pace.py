@@ -8,7 +8,10 @@ share of the budget:
     wait until  now >= t_ref + (done - done_ref) / (total - done_ref) x (deadline - t_ref)
 
 where (t_ref, done_ref) is when the budget was last set (`retarget`: the worker learns its epoch
-time as the round goes on, and the budget follows). No deadline: no wait. `release` lifts the
+time as the round goes on, and the budget follows). No deadline: no wait. Bytes the fetch will
+only know of later (a halo's rows, found from the chunks it fetches first) may be counted from the
+start as an estimate (`expect`), replaced by their real size when known (`settle`): otherwise the
+first bytes would be spread over the whole budget and the late ones crowd its end. `release` lifts the
 pace at once (the round needs its data now), waking a block that waits.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Pace:
         self.clock = clock
         self._sleep = sleep if sleep is not None else self._wait
         self.total = self.done = 0
+        self.expected = 0  # of total, the estimate of bytes not announced yet
         self._free = threading.Event()
         self._lock = threading.Lock()
         self.waited = 0.0  # seconds the fetch waited in all
@@ -44,6 +48,18 @@ class Pace:
         """`n` more bytes will come, besides those announced before."""
         with self._lock:
             self.total += n
+
+    def expect(self, n: int) -> None:
+        """About `n` more bytes will come, announced later by `settle`."""
+        with self._lock:
+            self.total += n
+            self.expected += n
+
+    def settle(self, n: int) -> None:
+        """The expected bytes are `n` in fact (0: none came)."""
+        with self._lock:
+            self.total = max(self.done, self.total - self.expected + n)
+            self.expected = 0
 
     def due(self) -> float:
         """Seconds the fetch should wait now to keep to its budget (0: go on)."""

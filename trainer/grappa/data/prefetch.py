@@ -6,7 +6,9 @@ round t + 1's in one background thread (local_copy.LocalCopy.fetch), and round t
 only waits for what is left of it. The fetch ahead is paced (data/pace.py) to end about an epoch
 before the next round: the worker gives the budget (`ahead(owned, seconds)`, again as its epochs
 go), so the whole of the next round's chunks never crosses the link in the epoch that starts a
-round (P workers' variable chunks through one store's link); `take` lifts the pace. A `take` for
+round (P workers' variable chunks through one store's link); `take` lifts the pace. The next
+halo's rows, found only once its chunks are here, are budgeted from the start as many bytes as
+the current halo's (rounds' halos are alike in size), so they do not crowd the budget's end. A `take` for
 anything else (a schedule that changed) fetches on demand, as `take` does when nothing was
 fetched ahead (storage.fetch: on-demand).
 
@@ -84,10 +86,12 @@ class RoundFetcher:
         fetched = self._next_fetched
         current = self.copy.entries(self.current) if self.current is not None else set()
         self._pace = pace = Pace(seconds)
+        # the next halo's rows, known once its chunks are here, expected as many as this one's
+        expect = self.copy.halo_row_bytes(self.current) if self.current is not None else 0
 
         def run() -> None:
             try:
-                self.copy.fetch(owned, fetched, pace)
+                self.copy.fetch(owned, fetched, pace, expect)
             except BaseException as err:  # noqa: BLE001 - reported by the next take
                 self._error = err
                 return
