@@ -76,18 +76,21 @@ def distdgl_epochs(rec: dict) -> None:
                   "busiest_worker_kernel_bytes": max(m["sent_bytes"] + m["received_bytes"] for m in e["machines"])})
 
 
-def run_grappa(peer: pb.Peer, cfg: TrainConfig, net, p: int, store: str, tag: str, settle) -> dict:
+def run_grappa(peer: pb.Peer, cfg: TrainConfig, net, p: int, store: str, tag: str, settle,
+               storage: Optional[dict] = None) -> dict:
     """One Grappa job on `net`; with store s3, the storage machine on rank p + 1 first, the upload,
-    and `settle()` (the machine quiet again after the upload's load) before the job."""
-    if store == "local":
-        rec = peer.run_grappa(cfg, net, with_round=True)
+    and `settle()` (the machine quiet again after the upload's load) before the job. `storage`:
+    more of the job's storage settings (peer.STORAGE)."""
+    if store == "local":  # the store read in place (storage.fetch: direct), as peer.md's cells
+        rec = peer.run_grappa(with_storage(cfg, storage) if storage else cfg, net, with_round=True)
         return {**rec, "storage_rank": None}
+    storage = {"fetch": "prefetch", **(storage or {})}
     with StorageMachine(net, p + 1, peer.work / f"weed{tag}") as machine:
         s3 = machine.s3(prefix=f"{tag.strip('-')}/")
         with Probe(net) as probe:  # the upload's bytes on the storage link
-            upload = machine.upload(with_storage(cfg, {"fetch": "prefetch", "s3": s3}), rank=0)
+            upload = machine.upload(with_storage(cfg, {**storage, "s3": s3}), rank=0)
         upload["storage_link_bytes"] = storage_bytes(probe.window(probe.times[0], probe.times[-1]), p + 1)
-        job = with_storage(cfg, {"fetch": "prefetch", "s3": s3}, store_dir=peer.work / f"mirror{tag}")
+        job = with_storage(cfg, {**storage, "s3": s3}, store_dir=peer.work / f"mirror{tag}")
         upload["load_before_job"] = settle()
         with machine.credentials():
             rec = peer.run_grappa(job, net, with_round=True)
@@ -119,7 +122,7 @@ def run_cell(peer: pb.Peer, system: str, dataset: str, p: int, layers: int, pres
     load_before = settle()
     t0 = time.perf_counter()
     with pb.network(p + (2 if store == "s3" else 1), preset) as net:
-        rec = run_grappa(peer, cfg, net, p, store, tag, settle)
+        rec = run_grappa(peer, cfg, net, p, store, tag, settle, pb.STORAGE.get(dataset))
     hist, probe = peer.last_job["history"], peer.last_job["probe"]
     grappa_epochs(rec, hist, p, every, rec["storage_rank"])
     rec["after_training"] = after_training(probe, hist[-1]["ended_at"], rec["storage_rank"])
