@@ -62,13 +62,16 @@ DATASETS = {
     "coauthor-physics-sparse": {"name": "coauthor-physics", "featureDtype": "sparse"},
     # and with the halo's rows fetched as the steps read them (STORAGE), not whole each round
     "coauthor-physics-sparse-as-read": {"name": "coauthor-physics", "featureDtype": "sparse"},
+    # and with the halo rows the next round's seeds can reach fetched ahead with it (the rest as read)
+    "coauthor-physics-sparse-reach": {"name": "coauthor-physics", "featureDtype": "sparse"},
     "rmat": {"name": "rmat", "synthetic": {"scale": 17, "numFeatures": 64}},  # 131K nodes, 2.1M edges
     # 1M nodes, 16.8M edges: a graph on which P = 64 still leaves each machine real work
     "rmat-20": {"name": "rmat", "synthetic": {"scale": 20, "numFeatures": 64}},
     "tiny": {"name": "csbm", "synthetic": {"numNodes": 2000, "numFeatures": 16}},
 }
 # Grappa's storage settings of a dataset's store experiment (peer_store.py), beside fetch and s3
-STORAGE = {"coauthor-physics-sparse-as-read": {"haloRows": "as-read"}}
+STORAGE = {"coauthor-physics-sparse-as-read": {"haloRows": "as-read"},
+           "coauthor-physics-sparse-reach": {"haloRows": "reachable"}}
 
 QUIET_WAIT_S = 600  # how long a run waits for the machine to be quiet before it is refused
 

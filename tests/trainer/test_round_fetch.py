@@ -258,9 +258,9 @@ def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():
     calls = []
 
     class Recorder:
-        def ahead(self, owned, seconds=None):
+        def ahead(self, owned, seconds=None, reach=None):
             calls.append((owned, seconds))
-    s = SimpleNamespace(_ahead=([0, 1, 5], 10, 0), _epoch_seconds=[], fetcher=Recorder())
+    s = SimpleNamespace(_ahead=([0, 1, 5], 10, 0), _epoch_seconds=[], fetcher=Recorder(), _warm_ahead=False)
     Strategy._pace_ahead(s, 0)  # round 0's first epoch: not during it
     assert calls == []
     s._epoch_seconds = [9.0]
@@ -321,10 +321,10 @@ def test_a_failed_fetch_ahead_is_reported_with_the_round_it_was_for(prepared, tm
     fetcher.close(remove=True)
 
 
-def fetch_job(tmp: Path, fetch: str) -> TrainConfig:
+def fetch_job(tmp: Path, fetch: str, halo_rows: str = "as-read") -> TrainConfig:
     return csbm_job(tmp, **{"grappa.chunks": K, "training.mode": "mini-batch", "training.batchSize": 60,
                             "training.epochs": 3, "training.evalEvery": 3, "grappa.rounds.every": 1,
-                            "storage.fetch": fetch, "storage.haloRows": "as-read"})
+                            "storage.fetch": fetch, "storage.haloRows": halo_rows})
 
 
 class _KeptZygote:
@@ -351,6 +351,7 @@ def test_a_prefetched_round_trains_the_same_parameters_as_one_fetched_on_demand(
     is the same as on the store itself (direct)."""
     runs = {}
     cfgs = {fetch: fetch_job(tmp_path / fetch, fetch) for fetch in ("on-demand", "prefetch", "direct")}
+    cfgs["reachable"] = fetch_job(tmp_path / "reachable", "prefetch", "reachable")
     threads = LocalJob(cfgs["prefetch"]).threads  # the zygote's env as LocalJob's own would be
     zygote = Zygote({**os.environ, "OMP_NUM_THREADS": str(threads)}, rank_modules(cfgs["prefetch"]),
                     tmp_path / "zygote.log")
@@ -363,12 +364,19 @@ def test_a_prefetched_round_trains_the_same_parameters_as_one_fetched_on_demand(
     finally:
         zygote.close()
     (rep_d, state_d), (rep_p, state_p), (rep_s, state_s) = runs["on-demand"], runs["prefetch"], runs["direct"]
+    rep_r, state_r = runs["reachable"]
     assert [h["round"] for h in rep_p["history"]] == [0, 1, 2]
     assert [h["loss"] for h in rep_p["history"]] == [h["loss"] for h in rep_d["history"]] == \
-        [h["loss"] for h in rep_s["history"]]
-    assert state_p.keys() == state_d.keys() == state_s.keys()
+        [h["loss"] for h in rep_s["history"]] == [h["loss"] for h in rep_r["history"]]
+    assert state_p.keys() == state_d.keys() == state_s.keys() == state_r.keys()
     for name in state_p:
         assert torch.equal(state_p[name], state_d[name]) and torch.equal(state_p[name], state_s[name]), name
+        assert torch.equal(state_p[name], state_r[name]), name
+    for w in range(P):  # haloRows reachable: rounds 1 and 2's rows came ahead, every one a step read among them
+        for h_r, h_d in zip(rep_r["history"][1:], rep_d["history"][1:]):
+            r, d = h_r["worker_store_read_bytes"], h_d["worker_store_read_bytes"]
+            assert r["fetched_on_demand"][w] == 0 and r["fetched_ahead"][w] == r["fetched"][w]
+            assert r["fetched_rows"][w] >= d["fetched_on_demand"][w] > 0
     for w in range(P):
         for h_d, h_p, h_s in zip(rep_d["history"], rep_p["history"], rep_s["history"]):
             d, p = h_d["worker_store_read_bytes"], h_p["worker_store_read_bytes"]

@@ -61,11 +61,14 @@ class HaloRows:
         self._map = None
         self._lock = threading.Lock()
 
-    def fetch(self, positions: np.ndarray) -> None:
-        """Bring the rows of halo `positions` not yet here from the store."""
+    def fetch(self, positions: np.ndarray, pace=None) -> None:
+        """Bring the rows of halo `positions` not yet here from the store; with `pace` (a fetch
+        ahead of the round: storage.haloRows reachable) paced, and not counted as read on demand."""
         missing = np.unique(positions[self.slot[positions] < 0])
         if not missing.size:
             return
+        if pace is not None:  # the rows the fetch ahead expected (local_copy.LocalCopy.fetch)
+            pace.settle(missing.size * self.row_bytes)
         step = max(1, _SLAB // max(1, self.row_bytes))
         self._file.seek(0, 2)
         for lo in range(0, missing.size, step):  # a slab of rows at once, their chunks' requests together
@@ -80,7 +83,10 @@ class HaloRows:
                 self.slot[p] = self.cached + np.arange(p.size)
                 self.cached += p.size
             self.counts.halo_rows += pos.size * self.row_bytes
-            self.counts.on_demand += pos.size * self.row_bytes
+            if pace is None:
+                self.counts.on_demand += pos.size * self.row_bytes
+            else:
+                pace.spend(pos.size * self.row_bytes)
         self._file.flush()
         self._map = None
 

@@ -190,17 +190,17 @@ class LocalCopy:
         stays); `out` is filled as it goes, so another thread can watch the bytes it holds;
         `pace` spreads the chunk files' and the halo rows' bytes over its budget (a fetch ahead:
         data/pace.py), the rows' counted from the start as `expect_rows` bytes (the halo is
-        known only once the chunks are here)."""
+        known only once the chunks are here; as read, the rows a LocalView.warm brings)."""
         out = out if out is not None else Fetched()
         todo = [k for k in owned if not self._usable_chunk(k)]
         if pace is not None:
             pace.begin(sum(self._entry(k, name)["data_bytes"] for k in todo for name in CHUNK_FILES))
-            pace.expect(expect_rows if not self.as_read else 0)
+            pace.expect(expect_rows)
         for k in todo:
             self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, out, pace))
         if not self._usable_halo(owned):
             self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out, pace))
-        elif pace is not None:
+        if pace is not None and not self.as_read:  # as read, rows fetched ahead settle it (LocalView.warm)
             pace.settle(0)
         return out
 
@@ -257,8 +257,8 @@ class LocalCopy:
             if ids.size and not self.as_read else None
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
         row_bytes = nf * x_dtype.itemsize
-        if pace is not None:  # the rows are paced too (the index is small)
-            pace.settle(ids.size * row_bytes if x_out is not None else 0)
+        if pace is not None and x_out is not None:  # the rows are paced too (the index is small)
+            pace.settle(ids.size * row_bytes)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
             nodes = self._read_all(k, "nodes.npy")  # read whole: the rows are searched
@@ -414,6 +414,24 @@ class LocalView:
         self._halo = {f[:-4]: map_npy(halo / f) for f in copy.halo_files}
         self.rows = HaloRows(copy, halo, copy.folder / rows_key(owned), counts) if copy.as_read else None
         self._maps: dict[int, dict[str, np.ndarray]] = {}
+
+    def warm(self, ids: np.ndarray, pace=None) -> int:
+        """Fetch now the as-read halo rows of the global `ids` (those in this view's halo; others
+        are ignored), paced; returns how many rows that is. A no-op when the halo rows came whole."""
+        if self.rows is None:
+            return 0
+        h = self._halo
+        ids = np.asarray(ids, dtype=np.int64)
+        ids = ids[~np.isin(self.assignment.chunk_of(ids), list(self.owned))] if ids.size else ids
+        # the folder's order is (chunk, id): one sorted key for both
+        span = np.int64(self.manifest["num_nodes"])
+        folder_key = h["chunk"].astype(np.int64) * span + h["ids"]
+        want = self.assignment.chunk_of(ids).astype(np.int64) * span + ids
+        pos = np.searchsorted(folder_key, want)
+        pos = pos[(pos < folder_key.size) & (folder_key[np.minimum(pos, folder_key.size - 1)] == want)]
+        with self.rows._lock:
+            self.rows.fetch(pos, pace)
+        return int(pos.size)
 
     def chunk_maps(self, k: int) -> dict[str, np.ndarray]:
         if k not in self._maps:

@@ -8,7 +8,10 @@ before the next round: the worker gives the budget (`ahead(owned, seconds)`, aga
 go), so the whole of the next round's chunks never crosses the link in the epoch that starts a
 round (P workers' variable chunks through one store's link); `take` lifts the pace. The next
 halo's rows, found only once its chunks are here, are budgeted from the start as many bytes as
-the current halo's (rounds' halos are alike in size), so they do not crowd the budget's end. A `take` for
+the current halo's (rounds' halos are alike in size), so they do not crowd the budget's end.
+With storage.haloRows reachable (rows otherwise fetched as read), the fetch ahead also builds the
+next round's graph and brings the halo rows its seeds can reach (the strategy's `reach`), so its
+steps read none from the store. A `take` for
 anything else (a schedule that changed) fetches on demand, as `take` does when nothing was
 fetched ahead (storage.fetch: on-demand).
 
@@ -29,7 +32,9 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+import numpy as np
 
 from grappa.data.local_copy import Fetched, LocalCopy, LocalView
 from grappa.data.pace import Pace
@@ -45,6 +50,8 @@ class RoundFetcher:
         self._round_ahead = 0
         self._next: Optional[list[int]] = None
         self._next_fetched = Fetched()
+        self._next_view: Optional[LocalView] = None  # the next round's, its reachable rows warmed
+        self._warmed = 0  # bytes of rows the current round's view had warmed ahead
         self._thread: Optional[threading.Thread] = None
         self._pace: Optional[Pace] = None
         self._error: Optional[BaseException] = None
@@ -56,8 +63,10 @@ class RoundFetcher:
         """The round of `owned` starts: its data local (fetched ahead, or now), the rest evicted."""
         owned = list(owned)
         self._join()  # at full speed: the round starts now
+        view = None
         if self._next == owned and self._error is None:
             self._round, self._round_ahead = self._next_fetched, self._next_fetched.total
+            view = self._next_view
         else:
             if self._error is not None:  # fetching now raises it again if it was about this round
                 if self._next == owned:
@@ -67,14 +76,19 @@ class RoundFetcher:
                     log.warning("fetching round data ahead (chunks %s) failed (%s); this round needs chunks "
                                 "%s instead: fetching them now", self._next, self._error, owned)
             self._round, self._round_ahead = self.copy.fetch(owned), 0
-        self._next, self._next_fetched, self._error = None, Fetched(), None
+        self._warmed = self._round.halo_rows if view is not None else 0
+        self._next, self._next_fetched, self._next_view, self._error = None, Fetched(), None, None
         self.current = owned
         self.copy.evict(self.copy.entries(owned))
-        return self.copy.view(owned, self._round)  # an as-read round's rows add to its counts
+        # an as-read round's rows add to its counts
+        return view if view is not None else self.copy.view(owned, self._round)
 
-    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None) -> None:
+    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None,
+              reach: Optional[Callable[[LocalView], Optional[np.ndarray]]] = None) -> None:
         """Fetch the next round's data in the background, its chunk files spread over `seconds`
-        from now (None: at once); called again for the same data, the budget is set anew."""
+        from now (None: at once); called again for the same data, the budget is set anew.
+        `reach(view)`: the global ids whose rows the round's steps may read, fetched ahead too
+        when its halo rows come as read (storage.haloRows: reachable)."""
         owned = list(owned)
         if self._thread is not None:
             if owned == self._next and self._pace is not None:
@@ -87,11 +101,20 @@ class RoundFetcher:
         current = self.copy.entries(self.current) if self.current is not None else set()
         self._pace = pace = Pace(seconds)
         # the next halo's rows, known once its chunks are here, expected as many as this one's
-        expect = self.copy.halo_row_bytes(self.current) if self.current is not None else 0
+        warm = reach is not None and self.copy.as_read
+        expect = (self._warmed if warm else 0) if self.copy.as_read else \
+            self.copy.halo_row_bytes(self.current) if self.current is not None else 0
 
         def run() -> None:
             try:
                 self.copy.fetch(owned, fetched, pace, expect)
+                if warm:
+                    view = self.copy.view(owned, fetched)
+                    ids = reach(view)
+                    if ids is not None:
+                        view.warm(ids, pace)
+                    self._next_view = view
+                pace.settle(0)
             except BaseException as err:  # noqa: BLE001 - reported by the next take
                 self._error = err
                 return

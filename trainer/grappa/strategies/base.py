@@ -15,8 +15,9 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -68,7 +69,9 @@ class Strategy(ABC):
         # mini-batch round's steps read few of its halo's rows: wide ones come as read (data/halo_rows.py)
         h = cfg.storage.halo_rows
         rows = "as-read" if cfg.training.mode == "mini-batch" and (
-            h == "as-read" or (h == "auto" and rows_as_read(store.manifest))) else "all"
+            h in ("as-read", "reachable") or (h == "auto" and rows_as_read(store.manifest))) else "all"
+        # the rows the next round's seeds can reach, fetched ahead with it (data/sampling/reach.py)
+        self._warm_ahead = rows == "as-read" and h == "reachable" and cfg.storage.fetch == "prefetch"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
             LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
         # the next round's owned set and first epoch, and this round's first epoch
@@ -117,7 +120,8 @@ class Strategy(ABC):
         recent = sorted(self._epoch_seconds[-3:])
         if (epoch <= first and start - first > 1) or (not recent and left > 1):
             return
-        self.fetcher.ahead(owned, (left - 1) * recent[(len(recent) - 1) // 2] if left > 1 else None)
+        reach = (lambda view: self.reach(view, owned)) if self._warm_ahead else None
+        self.fetcher.ahead(owned, (left - 1) * recent[(len(recent) - 1) // 2] if left > 1 else None, reach)
 
     def next_round(self, decision: RoundDecision) -> Optional[RoundDecision]:
         """The round after `decision`'s, as the aggregator (or the operator) will decide it, or
@@ -130,6 +134,12 @@ class Strategy(ABC):
             return None
         t = decision.round + 1
         return RoundDecision(t, round_seed(self.cfg.grappa.partition_seed, t), start)
+
+    def reach(self, view, owned: Sequence[int]) -> Optional[np.ndarray]:
+        """Global ids of the nodes whose feature rows the steps of the round of `owned` (read
+        through `view`) may read, or None: not known (storage.haloRows reachable; runs in the
+        background fetch, so it touches no state of the current round)."""
+        return None
 
     def end_round(self) -> None:
         """Drop what the finished round's steps used (a strategy that repartitions extends it)."""

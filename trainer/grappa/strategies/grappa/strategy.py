@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from grappa.data.blocks import Block, seed_blocks
-from grappa.data.local_graph import LocalGraph
+from grappa.data.local_graph import LocalGraph, build_local_graph
+from grappa.data.sampling.reach import reachable
 from grappa.data.sampling import NeighborSampler
 from grappa.strategies.base import Strategy
 from grappa.strategies.contribution import Contribution, contribution_from, link_contribution
@@ -119,6 +121,18 @@ class GrappaStrategy(Strategy):
                                  "one is directed: set grappa.halo to self or cut")
             return "cut"
         return mode
+
+    def reach(self, view, owned) -> Optional[np.ndarray]:
+        """Node classification in mini-batches: the L-hop in-neighbourhood of the round's seeds on
+        the CSR its sampler expands (data/sampling/reach.py). Link prediction's steps start from
+        every owned node (negatives are drawn from all of them): None."""
+        if self.link is not None or self.cfg.training.mode == "full-graph":
+            return None
+        var = [k for k in owned if k not in self.base]
+        g = build_local_graph(view, self.base, var[0] if var else None)
+        csr = with_owned_in_edges(g) if self.halo_mode() == "neighbours" else (g.indptr, g.indices)
+        mask = reachable(csr[0].numpy(), csr[1].numpy(), g.seeds.numpy(), self.cfg.model.layers)
+        return g.global_ids.numpy()[mask]
 
     def local_sampler(self, g: LocalGraph) -> NeighborSampler:
         indptr, indices = (self.csr[0], self.csr[1]) if self.csr is not None else (g.indptr, g.indices)
