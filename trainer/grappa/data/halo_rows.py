@@ -61,9 +61,10 @@ class HaloRows:
         self._map = None
         self._lock = threading.Lock()
 
-    def fetch(self, positions: np.ndarray, pace=None) -> None:
-        """Bring the rows of halo `positions` not yet here from the store; with `pace` (a fetch
-        ahead of the round: storage.haloRows reachable) paced, and not counted as read on demand."""
+    def fetch(self, positions: np.ndarray, pace=None, ahead: bool = False) -> None:
+        """Bring the rows of halo `positions` not yet here from the store; `ahead`: before the
+        steps read them (storage.haloRows reachable), not counted as read on demand; paced by
+        `pace` (a fetch ahead of the round)."""
         missing = np.unique(positions[self.slot[positions] < 0])
         if not missing.size:
             return
@@ -83,9 +84,9 @@ class HaloRows:
                 self.slot[p] = self.cached + np.arange(p.size)
                 self.cached += p.size
             self.counts.halo_rows += pos.size * self.row_bytes
-            if pace is None:
+            if not ahead:
                 self.counts.on_demand += pos.size * self.row_bytes
-            else:
+            if pace is not None:
                 pace.spend(pos.size * self.row_bytes)
         self._file.flush()
         self._map = None

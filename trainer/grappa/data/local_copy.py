@@ -416,8 +416,9 @@ class LocalView:
         self._maps: dict[int, dict[str, np.ndarray]] = {}
 
     def warm(self, ids: np.ndarray, pace=None) -> int:
-        """Fetch now the as-read halo rows of the global `ids` (those in this view's halo; others
-        are ignored), paced; returns how many rows that is. A no-op when the halo rows came whole."""
+        """Fetch now, before the steps read them, the as-read halo rows of the global `ids` (those
+        in this view's halo; others are ignored), paced by `pace`; returns how many rows that is.
+        A no-op when the halo rows came whole."""
         if self.rows is None:
             return 0
         h = self._halo
@@ -430,7 +431,7 @@ class LocalView:
         pos = np.searchsorted(folder_key, want)
         pos = pos[(pos < folder_key.size) & (folder_key[np.minimum(pos, folder_key.size - 1)] == want)]
         with self.rows._lock:
-            self.rows.fetch(pos, pace)
+            self.rows.fetch(pos, pace, ahead=True)
         return int(pos.size)
 
     def chunk_maps(self, k: int) -> dict[str, np.ndarray]:

@@ -40,6 +40,8 @@ from grappa.data.local_copy import Fetched, LocalCopy, LocalView
 from grappa.data.pace import Pace
 
 log = logging.getLogger("grappa.data.prefetch")
+# a round's view -> the global ids whose rows its steps may read, or None (Strategy.reach)
+Reach = Callable[[LocalView], Optional[np.ndarray]]
 
 
 class RoundFetcher:
@@ -59,8 +61,9 @@ class RoundFetcher:
         self._completed = (0, 0)
         self._lock = threading.Lock()
 
-    def take(self, owned: Sequence[int]) -> LocalView:
-        """The round of `owned` starts: its data local (fetched ahead, or now), the rest evicted."""
+    def take(self, owned: Sequence[int], reach: Optional[Reach] = None) -> LocalView:
+        """The round of `owned` starts: its data local (fetched ahead, or now), the rest evicted;
+        `reach` as for `ahead`: a round not fetched ahead brings its reachable rows now."""
         owned = list(owned)
         self._join()  # at full speed: the round starts now
         view = None
@@ -76,15 +79,17 @@ class RoundFetcher:
                     log.warning("fetching round data ahead (chunks %s) failed (%s); this round needs chunks "
                                 "%s instead: fetching them now", self._next, self._error, owned)
             self._round, self._round_ahead = self.copy.fetch(owned), 0
-        self._warmed = self._round.halo_rows if view is not None else 0
         self._next, self._next_fetched, self._next_view, self._error = None, Fetched(), None, None
         self.current = owned
         self.copy.evict(self.copy.entries(owned))
-        # an as-read round's rows add to its counts
-        return view if view is not None else self.copy.view(owned, self._round)
+        if view is None:
+            view = self.copy.view(owned, self._round)  # an as-read round's rows add to its counts
+            if reach is not None and self.copy.as_read and (ids := reach(view)) is not None:
+                view.warm(ids)
+        self._warmed = self._round.halo_rows if reach is not None else 0  # what the next round expects
+        return view
 
-    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None,
-              reach: Optional[Callable[[LocalView], Optional[np.ndarray]]] = None) -> None:
+    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None, reach: Optional[Reach] = None) -> None:
         """Fetch the next round's data in the background, its chunk files spread over `seconds`
         from now (None: at once); called again for the same data, the budget is set anew.
         `reach(view)`: the global ids whose rows the round's steps may read, fetched ahead too

@@ -88,7 +88,8 @@ class Strategy(ABC):
         var = self.variable_chunk(decision)
         self.end_round()  # the old round's graph goes before the new one is built
         owned = self.base + ([var] if var is not None else [])
-        source = self.store if self.fetcher is None else self.fetcher.take(owned)
+        reach = (lambda view: self.reach(view, owned)) if self._warm_ahead else None
+        source = self.store if self.fetcher is None else self.fetcher.take(owned, reach)
         self.graph = g = build_local_graph(source, self.base, var)
         coverage_sum = self.prepare_round(g)
         release_free_memory()
