@@ -34,6 +34,7 @@ from grappa.data.store.feature_codec import codec_of
 from grappa.util.npy import map_npy
 
 _SLAB = 1 << 23  # bytes of rows read from the store at once
+_PACED_SLAB = 1 << 20  # a paced fetch ahead's: smaller, so its pace can spread them over the budget
 
 
 def rows_as_read(manifest: dict) -> bool:
@@ -70,7 +71,7 @@ class HaloRows:
             return
         if pace is not None:  # the rows the fetch ahead expected (local_copy.LocalCopy.fetch)
             pace.settle(missing.size * self.row_bytes)
-        step = max(1, _SLAB // max(1, self.row_bytes))
+        step = max(1, (_SLAB if pace is None else _PACED_SLAB) // max(1, self.row_bytes))
         self._file.seek(0, 2)
         for lo in range(0, missing.size, step):  # a slab of rows at once, their chunks' requests together
             pos = missing[lo:lo + step]
