@@ -254,7 +254,11 @@ def render(runs: dict, out: Path) -> Path:
           "*Physics (sparse store)* is the same graph and job with Grappa's store keeping each feature row, "
           "word counts mostly 0, as its non-zero (column, value) pairs padded to the fullest row "
           "(`dataset.featureDtype: sparse`); the workers compute on the same float32 values. DistDGL reads "
-          "the same float32 features in both; its own runs are measured again beside each.", "",
+          "the same float32 features in both; its own runs are measured again beside each. Two variants "
+          "change only how a round's halo feature rows come (`storage.haloRows`): *halo rows as read* fetches "
+          "each row when a step first reads it, *reachable halo rows ahead* fetches with the next round the rows "
+          "its seeds' L-hop in-neighbourhood can reach (the rest as read); the sparse store's own cell brings "
+          "the whole halo's rows.", "",
           "Evaluation runs after the last epoch only (evalEvery = epochs; it cannot be off): with a bucket store it "
           "mirrors the whole store, which is outside every epoch's window and shown apart (storage link MB "
           "after training).", "",
