@@ -557,9 +557,9 @@ class StorageConfig(Section):
     halo_rows: Literal[HALO_ROW_MODES] = Field(  # type: ignore[valid-type]
         "auto", description="How a fetched mini-batch round brings its halo's feature rows: all (with "
         "the halo, at the round's start or ahead), as-read (each when a step first reads it: a round's "
-        "samples reach few of them), reachable (with fetch prefetch: the next round's graph is built "
-        "ahead and the halo rows its seeds' L-hop in-neighbourhood can reach are fetched with it, the "
-        "rest as read; node classification), auto (as-read for rows wider than half the gap a bucket "
+        "samples reach few of them), reachable (the halo rows the round's seeds' L-hop in-neighbourhood "
+        "can reach come with the round, with prefetch ahead of it, its graph built for that; the rest "
+        "as read; node classification), auto (as-read for rows wider than half the gap a bucket "
         "read merges, 32 KiB, which come one request each either way; all for narrower ones, which "
         "come in a few requests a chunk). Full-graph rounds read every row: all.")
     local_dir: Optional[str] = Field(

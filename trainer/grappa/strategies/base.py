@@ -70,8 +70,8 @@ class Strategy(ABC):
         h = cfg.storage.halo_rows
         rows = "as-read" if cfg.training.mode == "mini-batch" and (
             h in ("as-read", "reachable") or (h == "auto" and rows_as_read(store.manifest))) else "all"
-        # the rows the next round's seeds can reach, fetched ahead with it (data/sampling/reach.py)
-        self._warm_ahead = rows == "as-read" and h == "reachable" and cfg.storage.fetch == "prefetch"
+        # the rows a round's seeds can reach, fetched with it, ahead with prefetch (data/sampling/reach.py)
+        self._warm_ahead = rows == "as-read" and h == "reachable" and cfg.storage.fetch != "direct"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
             LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
         # the next round's owned set and first epoch, and this round's first epoch
