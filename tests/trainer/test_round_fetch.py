@@ -172,6 +172,30 @@ def test_an_as_read_round_fetches_the_halo_structure_then_each_row_when_first_re
     assert (whole.chunk_files, whole.halo_index, whole.halo_rows) == (0, index, rows_bytes)
 
 
+def test_warming_fetches_the_halo_rows_named_once_and_ignores_the_rest(prepared, tmp_path):
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned = base + [var]
+    copy = LocalCopy(cfg.store_path, tmp_path / "local", rows="as-read")
+    copy.fetch(owned)
+    counts = Fetched()
+    view = copy.view(owned, counts)
+    halo = np.load(tmp_path / "local" / halo_key(owned) / "ids.npy")
+    owned_ids = arrays.file(base[0], "nodes.npy")[:3]
+    row_bytes = int(arrays.file(0, "x.npy")[0].nbytes)
+    # halo ids twice, and owned ids: only the halo's rows, each once
+    assert view.warm(np.r_[halo[::4], halo[::4], owned_ids]) == halo[::4].size
+    assert counts.halo_rows == halo[::4].size * row_bytes and counts.on_demand == 0
+    local = build_local_graph(view, base, var)
+    direct = build_local_graph(ChunkStore(cfg.store_path), base, var)
+    warmed = local.num_owned + np.flatnonzero(np.isin(local.global_ids[local.num_owned:].numpy(), halo[::4]))
+    assert torch.equal(local.features.gather(warmed), direct.features.gather(warmed))
+    assert counts.on_demand == 0  # read, and all of them already here
+    whole = LocalCopy(cfg.store_path, tmp_path / "whole")
+    whole.fetch(owned)
+    assert whole.view(owned).warm(halo) == 0  # rows that came whole: nothing to warm
+
+
 def test_auto_halo_rows_come_as_read_when_wide_and_whole_when_narrow():
     # a bucket read merges rows closer than GAP_BYTES (64 KiB): rows over half that (Physics's
     # 8,415 float32, 33.7 kB) are one request each anyway; narrower ones come whole in few requests

@@ -419,10 +419,10 @@ class LocalView:
         """Fetch now, before the steps read them, the as-read halo rows of the global `ids` (those
         in this view's halo; others are ignored), paced by `pace`; returns how many rows that is.
         A no-op when the halo rows came whole."""
-        if self.rows is None:
-            return 0
         h = self._halo
-        ids = np.asarray(ids, dtype=np.int64)
+        if self.rows is None or not h["ids"].size:  # rows whole, or no halo (one worker)
+            return 0
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
         ids = ids[~np.isin(self.assignment.chunk_of(ids), list(self.owned))] if ids.size else ids
         # the folder's order is (chunk, id): one sorted key for both
         span = np.int64(self.manifest["num_nodes"])
