@@ -194,6 +194,10 @@ def test_warming_fetches_the_halo_rows_named_once_and_ignores_the_rest(prepared,
     whole = LocalCopy(cfg.store_path, tmp_path / "whole")
     whole.fetch(owned)
     assert whole.view(owned).warm(halo) == 0  # rows that came whole: nothing to warm
+    every = list(range(K))  # one worker owns every chunk: no halo, nothing to warm
+    alone = LocalCopy(cfg.store_path, tmp_path / "alone", rows="as-read")
+    alone.fetch(every)
+    assert alone.view(every).warm(halo) == 0
 
 
 def test_auto_halo_rows_come_as_read_when_wide_and_whole_when_narrow():
