@@ -144,11 +144,13 @@ bench-peer: venv peer-env
 
 # docs/results/peer-store.md: the same comparison with rounds inside the measured window and Grappa's
 # chunk store on a storage machine (SeaweedFS's S3 gateway behind a shaped link; bench/peer_store.py):
-# rounds every 2 over 5 epochs (boundaries at epochs 2 and 4) and every 10 over 21. Needs root and
+# rounds every 2 over 5 epochs (boundaries at epochs 2 and 4) and every 10 over 21; the halo-row variants
+# (storage.haloRows as-read, reachable) on Physics' sparse store at P = 8, every 10. Needs root and
 # hack/seaweedfs.sh's weed (built by the first line if missing: Go and the module proxy). Each line resumes.
 bench-peer-store: venv peer-env
 	$(PY) bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets coauthor-physics,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
 	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
+	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics-sparse-as-read,coauthor-physics-sparse-reach --partitions 8 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
 
 clean-data:
 	rm -rf .data runs
