@@ -1,17 +1,20 @@
-# Two images from one tree (the classic builder is enough: no BuildKit-only syntax):
-#   docker build --target operator -t grappa-operator .   # kopf + kubernetes + grappa.config, no torch
-#   docker build --target trainer  -t grappa-trainer  .   # torch + the trainer
-# Both run as the non-root user 10001 (the pods' securityContext uses the same uid) and work
+# Each image is two builds (`make images`, hack/images.sh, runs both):
+#   this Dockerfile's `operator-runtime` / `trainer-runtime` target: Python and the pinned
+#     dependencies (kopf + kubernetes, no torch / torch + the trainer's), rebuilt only when the
+#     lock, pyproject, the wheels or this file change;
+#   package.Dockerfile on that runtime: the grappa package, one small layer. Its context is the
+#     source alone, so a code edit sends the builder a few MB, not the wheels (3 GB offline).
+# Both images run as the non-root user 10001 (the pods' securityContext uses the same uid) and work
 # with a read-only root filesystem (HOME and caches go to /tmp, an emptyDir in the pods).
+# The classic builder is enough (no BuildKit-only syntax).
 #
-# Dependencies are the exact pins of hack/requirements.lock, installed before the source is copied,
-# so a code edit rebuilds only the last small layer. Online, pip reads PyPI (PyPI's torch is the
-# CUDA build, trimmed to what the CPU needs: the trainer image is ~4 GB). Offline, put wheels in
-# ./wheelhouse/ (hack/wheelhouse.sh downloads them; the test bed links them there) and build with
+# Dependencies are the exact pins of hack/requirements.lock. Online, pip reads PyPI (PyPI's torch
+# is the CUDA build, trimmed to what the CPU needs: the trainer image is ~4 GB). Offline, put wheels
+# in ./wheelhouse/ (hack/wheelhouse.sh downloads them; the test bed links them there) and build with
 # --build-arg WHEELS=local: pip then installs with --no-index --find-links and the build needs no
 # network.
 # Stage order matters for the classic builder, which builds every stage above the target: the
-# operator's stages come first, so `--target operator` never installs torch.
+# operator's stages come first, so `--target operator-runtime` never installs torch.
 
 ARG PYTHON_VERSION=3.11
 
@@ -35,20 +38,15 @@ ARG WHEELS=pypi
 # With WHEELS=local, every pip below reads only /wheelhouse.
 RUN if [ "$WHEELS" = local ]; then printf '[global]\nno-index = true\nfind-links = /wheelhouse\n' >/etc/pip.conf; fi
 
-# Each image is its base, one layer of dependencies (changes only with the lock) and one small
-# layer with the package itself (built with the venv's own setuptools: no index needed).
+# Each runtime is its base and one layer of dependencies (changes only with the lock); the
+# dependency stages are tagged too (hack/images.sh), so a pruned runtime rebuilds from cache.
 FROM reqs AS deps-operator
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install -r /reqs/operator.txt
 
-FROM base AS operator
+FROM base AS operator-runtime
 COPY --from=deps-operator /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md /tmp/src/
-COPY trainer /tmp/src/trainer
-COPY operator /tmp/src/operator
-RUN pip install --no-index --no-build-isolation --no-deps /tmp/src && rm -rf /tmp/src /tmp/.cache \
- && ! python -c "import torch" 2>/dev/null
-USER 10001:10001
+RUN ! python -c "import torch" 2>/dev/null
 EXPOSE 8080 8081
 ENTRYPOINT ["python", "-m", "grappa_operator"]
 
@@ -58,17 +56,8 @@ FROM reqs AS deps-trainer
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install -r /reqs/trainer.txt \
  && sh /reqs/slim-torch.sh "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 
-# The trainer image without the package: its layers are the trainer's own, so a cluster that
-# already holds them (the test bed pre-loads them into its node) receives only the source layer.
 FROM base AS trainer-runtime
 COPY --from=deps-trainer /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-
-FROM trainer-runtime AS trainer
-COPY pyproject.toml README.md /tmp/src/
-COPY trainer /tmp/src/trainer
-COPY operator /tmp/src/operator
-RUN pip install --no-index --no-build-isolation --no-deps /tmp/src && rm -rf /tmp/src /tmp/.cache
-USER 10001:10001
 # The operator sets the command per role: python -m grappa prepare|aggregator|worker
 CMD ["python", "-m", "grappa", "--help"]

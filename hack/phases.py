@@ -38,8 +38,12 @@ CORE_S = "core-s"  # rows of hack/cpu_sample.py: core-seconds in the `took` colu
 
 def _cpu(cpu: dict[str, int]) -> str:
     busy, available = cpu.get("cpu-busy", 0), max(cpu.get("cpu-available", 0), 1)
-    return (f"busy {busy / available:.0%} of the run ({busy:,} of {available:,} core-s); the bed's containers "
-            f"(the cluster's node and its pods, image builds) {cpu.get('cpu-containers', 0):,} core-s")
+    out = (f"busy {busy / available:.0%} of the run ({busy:,} of {available:,} core-s); the bed's containers "
+           f"(the cluster's node and its pods, image builds) {cpu.get('cpu-containers', 0):,} core-s")
+    if "cpu-pods-ended" in cpu:  # runs since the split was recorded
+        out += (f": pods that ended during the run {cpu['cpu-pods-ended']:,}, pods that lasted "
+                f"{cpu['cpu-pods-lasting']:,}, the rest {cpu['cpu-containers-other']:,}")
+    return out
 
 
 def _read(path: str) -> dict[str, tuple[int, int, str]]:

@@ -33,7 +33,7 @@ base_image() {
 
 # The build context: only what the Dockerfile reads (files git would commit, in a checkout), plus
 # the wheelhouse as hard links.
-CONTEXT_PATHS=(Dockerfile .dockerignore pyproject.toml README.md hack/requirements.lock hack/image-requirements.py
+CONTEXT_PATHS=(Dockerfile package.Dockerfile .dockerignore pyproject.toml README.md hack/requirements.lock hack/image-requirements.py
                hack/slim-torch.sh trainer operator)
 context_files() {
     if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then

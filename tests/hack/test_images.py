@@ -7,6 +7,7 @@ product."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -62,16 +63,67 @@ def lines(calls: Path) -> list[str]:
     return calls.read_text().splitlines() if calls.exists() else []
 
 
-def test_bed_build_builds_both_targets_and_pushes_nothing(fake_docker, tmp_path):
-    docker, calls = fake_docker
+def source_copy(tmp_path: Path) -> Path:
+    """What the bed's context holds (hack/kind/images.sh), the wheels aside."""
     ctx = tmp_path / "ctx"
+    for rel in ("Dockerfile", "package.Dockerfile", "pyproject.toml", "README.md", "hack/requirements.lock",
+                "hack/image-requirements.py", "hack/slim-torch.sh", "trainer", "operator"):
+        (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
+        copy = shutil.copytree if (REPO / rel).is_dir() else shutil.copy
+        copy(REPO / rel, ctx / rel)
+    return ctx
+
+
+def builds(calls: Path) -> list[str]:
+    return [c for c in lines(calls) if c.startswith("build ")]
+
+
+def runtime_builds(got: list[str]) -> list[str]:
+    return [c for c in got if "--target " in c]
+
+
+def test_bed_build_builds_both_images_and_pushes_nothing(fake_docker, tmp_path):
+    docker, calls = fake_docker
+    ctx = source_copy(tmp_path)
     out = make_images(docker, calls, tmp_path, "VERSION=bed", f"IMAGE_CONTEXT={ctx}",
                       "DOCKER_BUILD_FLAGS=--network none --label grappa.bed.key=abc")
     assert out.returncode == 0, out.stderr
-    assert lines(calls) == [
-        f"build --network none --label grappa.bed.key=abc --target {stage} -t grappa-{stage}:bed {ctx}"
-        for stage in ("deps-operator", "operator", "deps-trainer", "trainer")]
-    assert not (tmp_path / "dist").exists()
+    got = builds(calls)
+    flags = "build --network none --label grappa.bed.key=abc"
+    for target, (deps, runtime, package) in zip(("operator", "trainer"), (got[:3], got[3:])):
+        assert deps == f"{flags} --target deps-{target} -t grappa-deps-{target}:bed {ctx}"
+        assert runtime.startswith(f"{flags} --label grappa.runtime.key=") and runtime.endswith(
+            f"--target {target}-runtime -t grappa-{target}-runtime:bed {ctx}")
+        # the package on that runtime, from a context of the source alone
+        assert package.startswith(f"{flags} --build-arg RUNTIME=grappa-{target}-runtime:bed -f ")
+        assert package.split()[-3:-1] == ["-t", f"grappa-{target}:bed"] and str(ctx) not in package
+    assert len(got) == 6 and not (tmp_path / "dist").exists()
+
+
+def test_a_current_runtime_is_not_rebuilt_and_the_key_ignores_labels(fake_docker, tmp_path):
+    """The runtime build sends the whole context (3 GB of wheels offline): skipped while the
+    runtime image carries the key of the Dockerfile, lock, pyproject and wheels; a changed lock
+    or build argument rebuilds it, a changed label (the bed's per-commit key) does not."""
+    docker, calls = fake_docker
+    ctx = source_copy(tmp_path)
+
+    def run(label: str, *extra: str) -> list[str]:
+        calls.unlink(missing_ok=True)
+        out = make_images(docker, calls, tmp_path, "VERSION=bed", f"IMAGE_CONTEXT={ctx}",
+                          f"DOCKER_BUILD_FLAGS=--network none --label grappa.bed.key={label} {' '.join(extra)}")
+        assert out.returncode == 0, out.stderr
+        return builds(calls)
+
+    first = runtime_builds(run("abc"))
+    key = first[1].split("grappa.runtime.key=")[1].split()[0]
+    docker.write_text(docker.read_text().replace(
+        'echo "$*" >>"$CALLS"\n', f'echo "$*" >>"$CALLS"\n[ "$1" = image ] && echo {key}\n'))
+    again = run("def")
+    assert runtime_builds(again) == [] and len(again) == 2, again
+    (ctx / "hack" / "requirements.lock").write_text((ctx / "hack" / "requirements.lock").read_text() + "\n")
+    assert len(runtime_builds(run("def"))) == 4
+    (ctx / "hack" / "requirements.lock").write_text((REPO / "hack" / "requirements.lock").read_text())
+    assert len(runtime_builds(run("def", "--build-arg", "WHEELS=local"))) == 4
 
 
 def test_the_tag_defaults_to_the_charts_app_version(fake_docker, tmp_path):
@@ -91,10 +143,12 @@ def test_registry_build_pushes_and_packages_the_chart(fake_docker, tmp_path):
     docker, calls = fake_docker
     out = make_images(docker, calls, tmp_path, f"REGISTRY={REGISTRY}", "VERSION=1.2.3")
     assert out.returncode == 0, out.stderr
-    got = lines(calls)
-    assert [c.split()[0] for c in got] == ["build"] * 4 + ["push"] * 2
-    assert f"-t {REGISTRY}/grappa-operator:1.2.3 {REPO}" in got[1] and f"-t {REGISTRY}/grappa-trainer:1.2.3" in got[3]
-    assert got[4:] == [f"push {REGISTRY}/grappa-operator:1.2.3", f"push {REGISTRY}/grappa-trainer:1.2.3"]
+    got = [c for c in lines(calls) if not c.startswith("image ")]
+    assert [c.split()[0] for c in got] == ["build"] * 6 + ["push"] * 2
+    assert f"-t {REGISTRY}/grappa-operator-runtime:1.2.3 {REPO}" in got[1]
+    assert f"--build-arg RUNTIME={REGISTRY}/grappa-operator-runtime:1.2.3 " in got[2]
+    assert f"-t {REGISTRY}/grappa-operator:1.2.3 " in got[2] and f"-t {REGISTRY}/grappa-trainer:1.2.3 " in got[5]
+    assert got[6:] == [f"push {REGISTRY}/grappa-operator:1.2.3", f"push {REGISTRY}/grappa-trainer:1.2.3"]
     chart = tmp_path / "dist" / "grappa-1.2.3.tgz"
     assert f"helm install grappa {chart}" in out.stdout
     with tarfile.open(chart) as tar:
@@ -103,13 +157,13 @@ def test_registry_build_pushes_and_packages_the_chart(fake_docker, tmp_path):
     assert rendered_images(chart, tmp_path) == (f"{REGISTRY}/grappa-operator:1.2.3", f"{REGISTRY}/grappa-trainer:1.2.3")
 
 
-@pytest.mark.parametrize("fail_on", ["trainer", "push"])
+@pytest.mark.parametrize("fail_on", ["trainer-runtime", "push"])
 def test_a_failed_build_or_push_leaves_no_chart(fake_docker, tmp_path, fail_on):
     docker, calls = fake_docker
     out = make_images(docker, calls, tmp_path, f"REGISTRY={REGISTRY}", "VERSION=1.2.3", fail_on=fail_on,
                       helm=HELM or "/bin/true")
     assert out.returncode != 0 and f"docker: {fail_on} failed" in out.stderr
-    if fail_on == "trainer":
+    if fail_on == "trainer-runtime":
         assert not [c for c in lines(calls) if c.startswith("push")], "nothing pushed before both images built"
     assert not (tmp_path / "dist").exists()
 

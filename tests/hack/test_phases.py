@@ -49,5 +49,32 @@ def test_the_sampler_counts_the_machine_and_writes_its_rows_when_stopped(tmp_pat
         sampler.send_signal(signal.SIGTERM)
         assert sampler.wait(timeout=60) == 0
     rows = dict((ln.split()[0], ln.split()[2:]) for ln in run.read_text().splitlines())
-    assert set(rows) == {"cpu-busy", "cpu-containers", "cpu-available"} and all(r[1] == "core-s" for r in rows.values())
+    assert set(rows) == {"cpu-busy", "cpu-containers", "cpu-available", "cpu-pods-ended", "cpu-pods-lasting",
+                         "cpu-containers-other"} and all(r[1] == "core-s" for r in rows.values())
     assert int(rows["cpu-busy"][0]) >= 0 and int(rows["cpu-available"][0]) >= int(rows["cpu-busy"][0]) - 1
+
+
+def test_a_pod_gone_while_its_node_runs_ended_and_one_gone_with_it_lasted(tmp_path: Path) -> None:
+    import shutil
+    sys.path.insert(0, str(REPO / "hack"))
+    import cpu_sample
+
+    node = tmp_path / "sys/fs/cgroup/cpuacct/docker/abc123"
+    qos = node / "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice"
+    job = qos / "kubelet-kubepods-besteffort-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+    api = node / "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/pod9a8b7c6d-5e4f-3a2b-1c0d-ffeeddccbbaa"
+    for cgroup, ns in ((node, 9e9), (qos, 3e9), (job, 2e9), (job / "cri-containerd-1.scope", 2e9), (api, 1e9)):
+        cgroup.mkdir(parents=True, exist_ok=True)
+        (cgroup / "cpuacct.usage").write_text(str(int(ns)))
+    seen: dict[str, float] = {}
+    ended: set[str] = set()
+    cpu_sample.sample_pods({}, seen, ended, tmp_path)
+    assert sorted(seen.values()) == [1.0, 2.0] and not ended  # the pods, not the QoS level or a container
+    (job / "cpuacct.usage").write_text(str(int(5e9)))
+    cpu_sample.sample_pods({}, seen, ended, tmp_path)
+    shutil.rmtree(job)
+    cpu_sample.sample_pods({}, seen, ended, tmp_path)
+    assert ended == {str(job)} and seen[str(job)] == 5.0
+    shutil.rmtree(node)  # the cluster's end: its pods lasted
+    cpu_sample.sample_pods({}, seen, ended, tmp_path)
+    assert ended == {str(job)} and seen[str(api)] == 1.0
