@@ -30,10 +30,16 @@ def containers() -> dict[str, float]:
     """CPU seconds of each Docker container now running (a removed one keeps its last sample)."""
     out = {}
     for f in Path("/").glob(V1):
-        out[f.parent.name] = int(f.read_text()) / 1e9
+        try:
+            out[f.parent.name] = int(f.read_text()) / 1e9
+        except OSError:  # the container ended between the glob and the read
+            pass
     for pattern in V2:
         for f in Path("/").glob(pattern.lstrip("/")):
-            usec = next(int(ln.split()[1]) for ln in f.read_text().splitlines() if ln.startswith("usage_usec"))
+            try:
+                usec = next(int(ln.split()[1]) for ln in f.read_text().splitlines() if ln.startswith("usage_usec"))
+            except OSError:
+                continue
             out[f.parent.name] = usec / 1e6
     return out
 
@@ -46,10 +52,11 @@ def pods(root: Path = Path("/")) -> dict[str, float]:
     nests them below the node's own cgroup), by cgroup path."""
     out = {}
     for f in root.glob(V1):
-        for usage in f.parent.rglob("cpuacct.usage"):
-            if POD.search(usage.parent.name):
+        for folder, subfolders, _ in os.walk(f.parent):  # a folder removed mid-walk is skipped
+            if POD.search(os.path.basename(folder)):
+                subfolders.clear()  # its containers are counted in it
                 try:
-                    out[str(usage.parent)] = int(usage.read_text()) / 1e9
+                    out[folder] = int(Path(folder, "cpuacct.usage").read_text()) / 1e9
                 except OSError:  # removed between the walk and the read
                     pass
     return out

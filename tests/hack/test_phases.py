@@ -66,6 +66,7 @@ def test_a_pod_gone_while_its_node_runs_ended_and_one_gone_with_it_lasted(tmp_pa
     for cgroup, ns in ((node, 9e9), (qos, 3e9), (job, 2e9), (job / "cri-containerd-1.scope", 2e9), (api, 1e9)):
         cgroup.mkdir(parents=True, exist_ok=True)
         (cgroup / "cpuacct.usage").write_text(str(int(ns)))
+    (qos / "kubelet-kubepods-besteffort-pod11112222_3333_4444_5555_666677778888.slice").mkdir()  # its files gone
     seen: dict[str, float] = {}
     ended: set[str] = set()
     cpu_sample.sample_pods({}, seen, ended, tmp_path)
