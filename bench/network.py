@@ -55,7 +55,9 @@ def job_config(dataset: str, strategy: str, partitions: int, layers: int, epochs
         "model": {"arch": "gcn", "layers": layers, "hidden": 128, "dropout": 0.5},
         "training": {"epochs": epochs, "evalEvery": epochs},
         "checkpoint": {"interval": 0},
-        "runDir": str(work / f"run-{strategy}"), "storeDir": str(work / f"store-{dataset}-{partitions}"),
+        # each job its own run folder: a finished run found in it would be resumed, not trained again
+        "runDir": str(work / f"run-{strategy}-{time.time_ns() % 10**9}"),
+        "storeDir": str(work / f"store-{dataset}-{partitions}"),
     })
 
 
@@ -100,9 +102,19 @@ def curve(report: dict) -> dict:
             "test_acc_curve": [h.get("test_acc") for h in report["history"]]}
 
 
+def trained_here(history: list[dict], started: float, run_dir) -> None:
+    """Refuses a job whose epochs did not run after `started`: its run folder held a finished run,
+    which the launcher resumes (nothing to train) and whose old report it hands back."""
+    if not history or history[0]["started_at"] < started:
+        raise RuntimeError(f"the job trained no epoch of its own: {run_dir} held a finished run "
+                           "(each job needs a fresh runDir)")
+
+
 def run_job(cfg: TrainConfig, net: Optional[ThrottledNetwork], with_curve: bool = False) -> dict:
     prepare_store(cfg, progress=False)
+    started = time.time()
     report = LocalJob(cfg, progress=False, threads=1, placement=net).run()
+    trained_here(report["history"], started, cfg.run_dir)
     return {**summarise(report), **(curve(report) if with_curve else {})}
 
 

@@ -49,7 +49,7 @@ from grappa.data.datasets import load_dataset  # noqa: E402
 from grappa.data.store.preparation import prepare_store  # noqa: E402
 from grappa.runtime.local_job import LocalJob  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
-from network import save  # noqa: E402
+from network import save, trained_here  # noqa: E402
 from probe import Probe  # noqa: E402
 from render_peer import QUIET_LOAD, best_val_test, render  # noqa: E402
 
@@ -206,6 +206,7 @@ class Peer:
             t0 = time.time()
             report = LocalJob(cfg, progress=False, threads=1, placement=net).run()
         hist = report["history"]
+        trained_here(hist, t0, cfg.run_dir)
         self.last_job = {"history": hist, "probe": probe}  # for callers that derive more (peer_store.py)
         epochs = per_epoch(probe, hist, with_round)
         whole = probe.window(probe.times[0], probe.times[-1])
@@ -284,8 +285,9 @@ def run_one(peer: Peer, system: str, dataset: str, p: int, layers: int, preset: 
     """One job of any system. Before it the machine must be quiet (1-minute load average at most
     `quiet`, waited for; None: not required): else MachineBusy and no measurement. The load
     averages before and after the job are part of the record, for every system."""
+    # each job its own run folder: a finished run found in it would be resumed, not trained again
     cfg = grappa_config(dataset, "full" if system == "full" else "grappa", p, layers, epochs, eval_every,
-                        peer.work)
+                        peer.work, run_tag=f"-{time.time_ns() % 10**9}")
     dgl = system.startswith("distdgl")  # distdgl: METIS partitions; distdgl-random: random ones
     ranks = p if dgl else p + 1  # Grappa's aggregator is a machine of its own
     if dgl:
