@@ -135,7 +135,7 @@ TABLE_SHARE = 0.25
 
 def relabel_sources(maps: dict, chunks: list[int], edge_offsets: np.ndarray, uniq: np.ndarray,
                     local_u: np.ndarray, num_nodes: int, out: np.ndarray) -> None:
-    """out[e] = the local id of edge e's source (global id s, the local id of uniq's s in local_u).
+    """out[e]: the local id of edge e's source, local_u[i] being the local id of global id uniq[i].
     A lookup in a table of every global id is one read an edge; a search among the distinct
     sources is log2(distinct) of them (half of a round's build on RMAT-17 at P = 8), so the search
     is kept for graphs whose table would not be small beside the result."""
