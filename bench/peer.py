@@ -51,6 +51,7 @@ from grappa.runtime.local_job import LocalJob  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 from network import save, trained_here  # noqa: E402
 from probe import Probe  # noqa: E402
+import provenance  # noqa: E402
 from render_peer import QUIET_LOAD, best_val_test, render  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
@@ -405,6 +406,7 @@ def measure_grid(args, runs: dict, runs_path: Path, key_of, run, shown: tuple[st
         except Exception as err:  # noqa: BLE001 - recorded, the grid goes on
             runs[key] = {"system": system, "error": str(err)[-2000:]}
         runs[key]["epochs_run"] = args.epochs
+        runs[key]["measured"] = provenance.stamp()
         save(runs, runs_path, key, shown)
 
 

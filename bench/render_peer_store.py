@@ -22,6 +22,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, also when loaded by path
 import cluster_model as cm  # noqa: E402
 from netns import PRESETS, rate_bytes_per_s  # noqa: E402
+import provenance  # noqa: E402
 from render_peer import MB, QUIET_LOAD, SHORT, busy, fmt, med, times  # noqa: E402
 
 BOUNDARY_TARGET = 1.5  # issue 37: a round boundary at most this many steady epochs
@@ -164,14 +165,14 @@ def boundary_cell(row: dict) -> str:
 def main_table(rows: list[dict]) -> list[str]:
     md = ["| dataset | P | link | layers | store | rounds every | epochs | jobs (G/D) | Grappa steady s | "
           "boundary s | boundary ÷ steady | Grappa mean s (rounds incl.) | DistDGL mean s | **DistDGL ÷ Grappa** | "
-          "target | busiest worker kernel MB/epoch (G/D) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "target | busiest worker kernel MB/epoch (G/D) | Grappa's code (measured) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {SHORT.get(r['dataset'], r['dataset'])} | {r['p']} | {r['preset']} | {r['layers']} | "
                   f"{r['store']} | {r['every']} | {r['epochs']} | {r['jobs'][0]}/{r['jobs'][1]} | "
                   f"{fmt(r['steady'])} | {fmt(r['boundary'])} | {boundary_cell(r)} | {fmt(r['mean'])} | "
                   f"{fmt(r['distdgl_mean'])} | **{times(r['ratio'])}** | {target_cell(r)} | "
-                  f"{mb(r['worker_kernel'])} / {mb(r['distdgl_kernel'])} |")
+                  f"{mb(r['worker_kernel'])} / {mb(r['distdgl_kernel'])} | {provenance.describe(r['grappa'])} |")
     return md
 
 
@@ -271,7 +272,10 @@ def render(runs: dict, out: Path) -> Path:
           f"{BOUNDARY_TARGET:.1f} steady epochs; at P = 8 and 1 Gbit/s, DistDGL ÷ Grappa at least "
           + ", ".join(f"{t:.0f}x on {SHORT.get(d, d)}" for d, t in RATIO_TARGETS.items()) + ". "
           f"A run counts only when the 1-minute load average was at most {QUIET_LOAD:.1f} before it "
-          "(the harness waits, else refuses the cell); each job's load before and after is in its epoch table.", "",
+          "(the harness waits, else refuses the cell); each job's load before and after is in its epoch table. "
+          "*Grappa's code (measured)*: the commit its jobs ran (+changes: with uncommitted edits) and the date; "
+          "*before X* for a job recorded before jobs carried it: X is the commit that first holds its record, so "
+          "the code that ran is X's parent or older (bench/provenance.py).", "",
           "## Epoch time with rounds (measured)", ""]
     md += main_table(rows)
     md += ["", "## The store's traffic (measured)", "",
