@@ -59,6 +59,24 @@ def epoch_figures(rec: dict) -> dict:
             "boundaries": sum(1 for e in after if e.get("boundary"))}
 
 
+def cpu_figures(rec: dict, p: int) -> dict:
+    """A job's CPU-s per epoch (mean of the epochs after the first) by who spent it: Grappa's
+    workers (ranks 1..p), its aggregator (rank 0) and the storage machine (its `storage_rank`);
+    DistDGL's machines (trainers and servers) together; and all of them per second of epoch."""
+    after = later(rec)
+    if not after:
+        return {}
+    machines = [[m["cpu_seconds"] for m in e["machines"]] for e in after]
+    out = {"all": statistics.mean(sum(m) for m in machines)}
+    if rec["system"] == "grappa":
+        rank = rec.get("storage_rank")
+        out["workers"] = statistics.mean(sum(c for i, c in enumerate(m[:p + 1]) if i and i != rank) for m in machines)
+        out["aggregator"] = statistics.mean(m[0] for m in machines)
+        out["storage"] = statistics.mean(m[rank] for m in machines) if rank is not None else None
+    out["busy_cores"] = out["all"] / statistics.mean(e["seconds"] for e in after)
+    return out
+
+
 def round_bytes(rec: dict) -> dict:
     """Store traffic per round: the storage machine's link over each round's epochs (kernel; with
     prefetch a round's epochs carry the next round's fetch), and the workers' own count of what
@@ -116,6 +134,10 @@ def cell_rows(runs: dict) -> list[dict]:
         for name in ("link_mean", "fetched_mean", "per_worker_mean", "rows_per_worker_mean", "as_read_share",
                      "ahead_share", "prefetch_memory_peak", "local_disk_peak"):
             row[name] = med(b[name] for b in rb)
+        for who, recs in (("grappa", g), ("distdgl", d)):
+            figs = [cpu_figures(r, p) for r in recs]
+            for name in ("all", "workers", "aggregator", "storage", "busy_cores"):
+                row[f"{who}_cpu_{name}"] = med(f.get(name) for f in figs)
         row["worker_kernel"] = med(med(e["busiest_worker_kernel_bytes"] for e in later(r)) for r in g)
         row["distdgl_kernel"] = med(med(e["busiest_worker_kernel_bytes"] for e in later(r)) for r in d)
         for who, recs in (("grappa", g), ("distdgl", d)):
@@ -189,6 +211,17 @@ def store_table(rows: list[dict]) -> list[str]:
                   f"{mb(r['per_worker_mean'])} | {mb(r['rows_per_worker_mean'])} | {as_read} | {ahead} | "
                   f"{mb(r['prefetch_memory_peak'])} | "
                   f"{mb(r['local_disk_peak'])} | {mb(r['after_storage'])} |")
+    return md
+
+
+def cpu_table(rows: list[dict]) -> list[str]:
+    md = ["| cell | Grappa workers CPU-s | aggregator CPU-s | storage machine CPU-s | Grappa cores busy | "
+          "DistDGL machines CPU-s | DistDGL cores busy |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {label(r)} ({r['store']}) | {fmt(r['grappa_cpu_workers'])} | "
+                  f"{fmt(r['grappa_cpu_aggregator'])} | {fmt(r['grappa_cpu_storage'])} | "
+                  f"{fmt(r['grappa_cpu_busy_cores'])} | {fmt(r['distdgl_cpu_all'])} | "
+                  f"{fmt(r['distdgl_cpu_busy_cores'])} |")
     return md
 
 
@@ -278,6 +311,15 @@ def render(runs: dict, out: Path) -> Path:
           "the code that ran is X's parent or older (bench/provenance.py).", "",
           "## Epoch time with rounds (measured)", ""]
     md += main_table(rows)
+    md += ["", "## CPU per epoch (measured)", "",
+           "Each machine's CPU-seconds in an epoch by the probe (every process in its namespace), the mean of "
+           "the epochs after the first, the median over the cell's jobs: Grappa's workers together, its "
+           "aggregator, the storage machine (SeaweedFS, with store s3); DistDGL's machines together (each a "
+           "trainer and a server). *Cores busy* is all of a system's CPU-seconds in an epoch over the epoch's "
+           "seconds: every machine shares this host's cores, so where it is near their count the epoch is as "
+           "long as its CPU makes it, the storage machine's included (on a cluster that machine has cores of "
+           "its own).", ""]
+    md += cpu_table(rows)
     md += ["", "## The store's traffic (measured)", "",
            "Storage link: the storage machine's sent + received bytes by the kernel's counters over a round's "
            "epochs (set-up included; with prefetch a round's epochs carry the next round's fetch), mean over the "

@@ -38,7 +38,7 @@ def grappa_rec(ps, secs, setup, storage=(1e6, 2e6, 3e6, 4e6, 5e6), fetched=None,
            "after_training": {"seconds": 4.0, "storage_bytes": 5e7},
            "load_before": [load_before, 0.3, 0.3], "load_after": [1.4, 0.5, 0.4], "quiet_limit": 1.0}
     ps.grappa_epochs(rec, h, p=2, every=2, storage=3)
-    return rec
+    return {**rec, "storage_rank": 3}
 
 
 def dgl_rec(ps, secs) -> dict:
@@ -125,6 +125,7 @@ def test_the_page_is_computed_from_the_runs(mods, tmp_path):
     assert "`timing|rmat|8|3|distdgl|1gbit|s3|r2|e5|1`: 1-minute load average 3.00" in page
     assert "load before 0.20, before the job (after the upload) 0.40, after 1.40" in page  # each job's loads
     assert "PROJECTION: the storage link at P = 64" in page
+    assert "| RMAT-17 P=8 every 2 (s3) | 2.00 | 1.00 | 1.00 |" in page  # CPU: workers, aggregator, storage
 
 
 def test_the_storage_link_projection(mods):
@@ -136,3 +137,22 @@ def test_the_storage_link_projection(mods):
     p = rs.storage_projection(row)
     assert p["link_seconds"] == pytest.approx(64 * 2e6 / 125e6) and p["round_train_seconds"] == 2.0
     assert rs.storage_projection({**row, "store": "local"}) is None
+
+
+def test_cpu_per_epoch_by_who_spent_it(mods):
+    _, rs, _ = mods
+
+    def epoch(seconds, cpus):
+        return {"seconds": seconds, "machines": [machine(0, cpu=c) for c in cpus]}
+    # aggregator, two workers, the storage machine; the first epoch (warm-up) is left out
+    g = {"system": "grappa", "storage_rank": 3,
+         "epochs": [epoch(9.0, [5, 5, 5, 5]), epoch(2.0, [0.2, 1.0, 1.4, 0.4]), epoch(4.0, [0.4, 2.0, 2.2, 1.2])]}
+    f = rs.cpu_figures(g, p=2)
+    assert f["workers"] == pytest.approx((2.4 + 4.2) / 2)
+    assert f["aggregator"] == pytest.approx(0.3) and f["storage"] == pytest.approx(0.8)
+    assert f["all"] == pytest.approx((3.0 + 5.8) / 2)
+    assert f["busy_cores"] == pytest.approx(4.4 / 3.0)
+    local = rs.cpu_figures({**g, "storage_rank": None}, p=2)
+    assert local["storage"] is None
+    d = rs.cpu_figures({"system": "distdgl", "epochs": [epoch(9.0, [3, 3]), epoch(2.0, [1.5, 2.5])]}, p=2)
+    assert d == pytest.approx({"all": 4.0, "busy_cores": 2.0})
