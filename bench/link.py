@@ -52,6 +52,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "trainer")]
 from render_link import (DATASETS, DEFAULT_LR, GRAPPA_VARIANTS, LAYERS, METHODS, PARTITIONS,  # noqa: E402
                          cell_key, chosen_lr, render)
 from link_fidelity import measure as measure_fidelity  # noqa: E402
+import provenance  # noqa: E402
 from scale import run_with_peak  # noqa: E402
 
 ROUND_EVERY = 10
@@ -290,7 +291,7 @@ def main() -> None:
                 return
             print(f"{key}: measured with other settings ({other}): measuring again", flush=True)
         record.update({"cpus": len(os.sched_getaffinity(0)), "measured": time.strftime("%Y-%m-%d"),
-                       "load_before": round(os.getloadavg()[0], 2)})
+                       "code": provenance.stamp(), "load_before": round(os.getloadavg()[0], 2)})
         print(f"{key}: running", flush=True)
         try:
             record.update(fn())

@@ -1,15 +1,17 @@
 """Which code measured a benchmark job, and when, so a page can tell a cell measured before a change
 from one measured after it.
 
-Every job the peer benchmarks record carries `measured`: {"date", "commit"} (the checkout's HEAD)
-and "changes" (uncommitted edits under trainer/, operator/ or bench/: the commit alone does not say
-what ran). Jobs recorded before that field existed are given it from git history by
+Every job the peer benchmarks record carries `measured`: {"date", "commit"} (the checkout's HEAD),
+"changes" (uncommitted edits under trainer/, operator/ or bench/: the commit alone does not say
+what ran) and "host" (the CPU's model and widest vector units, the cores this process may use: a
+fresh machine may be another host, and dense layers run at the vector width they find). Jobs recorded before that field existed are given it from git history by
 `python bench/provenance.py RUNS.json`: the commit that first holds the job's record exactly, as
 {"date", "recorded_in"}; the code that measured it is that commit's parent or older.
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from typing import Iterable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ("trainer", "operator", "bench")
+SIMD = ("amx_tile", "avx512f", "avx2", "sse4_2")  # widest first
 
 
 def _git(*args: str, root: Path = ROOT) -> Optional[str]:
@@ -28,11 +31,29 @@ def _git(*args: str, root: Path = ROOT) -> Optional[str]:
     return out.stdout.strip()
 
 
+def host(cpuinfo: Optional[str] = None) -> dict:
+    """The CPU as /proc/cpuinfo names it (its first processor), its widest SIMD extension among
+    those torch's kernels choose from, and the cores this process may run on."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    first = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
+    first = {k.strip(): v.strip() for k, v in first.items()}
+    flags = set(first.get("flags", "").split())
+    simd = next((f for f in SIMD if f in flags), None)
+    cpu = first.get("model name")
+    if cpu and "cpu family" in first:
+        cpu += f" (family {first['cpu family']}, model {first.get('model', '?')})"
+    return {"cpu": cpu, "simd": simd, "cores": len(os.sched_getaffinity(0))}
+
+
 def stamp(root: Path = ROOT) -> dict:
-    """This job's date (UTC) and the code's commit; commit None outside a git checkout."""
+    """This job's date (UTC), the code's commit (None outside a git checkout) and the host."""
     status = _git("status", "--porcelain", "--", *CODE, root=root)
     return {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-            "commit": _git("rev-parse", "--short", "HEAD", root=root), "changes": bool(status)}
+            "commit": _git("rev-parse", "--short", "HEAD", root=root), "changes": bool(status), "host": host()}
 
 
 def from_history(runs: dict, path: Path, root: Path = ROOT) -> int:

@@ -62,3 +62,14 @@ def test_from_history_gives_the_commit_that_first_holds_each_record_as_it_is(pro
     assert first != third
     assert prov.describe([runs["b"], runs["b"], runs["c"], runs["d"]]) == \
         f"before {second} ({runs['b']['measured']['date']}), unrecorded, abc1234 (2026-01-01)"
+
+
+def test_host_names_the_cpu_its_widest_vector_units_and_the_cores(prov):
+    info = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+            "model name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 fma\n\n"
+            "processor\t: 1\nmodel name\t: another\nflags\t\t: avx512f\n")
+    h = prov.host(info)
+    assert h["cpu"] == "AMD EPYC (family 25, model 1)" and h["simd"] == "avx2"  # the first processor's
+    assert h["cores"] >= 1
+    assert prov.host("processor : 0\nflags : sse2\n")["simd"] is None
+    assert prov.stamp()["host"]["cores"] == h["cores"]
