@@ -214,26 +214,26 @@ def store_table(rows: list[dict]) -> list[str]:
     return md
 
 
-def cpu_table(rows: list[dict]) -> list[str]:
-    md = ["| cell | Grappa workers CPU-s | aggregator CPU-s | storage machine CPU-s | Grappa cores busy | "
-          "DistDGL machines CPU-s | DistDGL cores busy |", "|---|---|---|---|---|---|---|"]
+def figures_table(rows: list[dict], columns: dict[str, str]) -> list[str]:
+    """One line a cell: its label, then each column's figure (`columns`: header -> row key)."""
+    md = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in rows:
-        md.append(f"| {label(r)} ({r['store']}) | {fmt(r['grappa_cpu_workers'])} | "
-                  f"{fmt(r['grappa_cpu_aggregator'])} | {fmt(r['grappa_cpu_storage'])} | "
-                  f"{fmt(r['grappa_cpu_busy_cores'])} | {fmt(r['distdgl_cpu_all'])} | "
-                  f"{fmt(r['distdgl_cpu_busy_cores'])} |")
+        md.append(f"| {label(r)} ({r['store']}) | " + " | ".join(fmt(r[k]) for k in columns.values()) + " |")
     return md
+
+
+def cpu_table(rows: list[dict]) -> list[str]:
+    return figures_table(rows, {
+        "Grappa workers CPU-s": "grappa_cpu_workers", "aggregator CPU-s": "grappa_cpu_aggregator",
+        "storage machine CPU-s": "grappa_cpu_storage", "Grappa cores busy": "grappa_cpu_busy_cores",
+        "DistDGL machines CPU-s": "distdgl_cpu_all", "DistDGL cores busy": "distdgl_cpu_busy_cores"})
 
 
 def setup_table(rows: list[dict]) -> list[str]:
-    md = ["| cell | Grappa prepare s | upload s | Grappa job start s | DGL partition s | DistDGL job start s | "
-          "DGL trainers' load s |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {label(r)} ({r['store']}) | {fmt(r['grappa_prepare_seconds'])} | "
-                  f"{fmt(r['grappa_upload_seconds'])} | {fmt(r['grappa_job_start_seconds'])} | "
-                  f"{fmt(r['distdgl_partition_seconds'])} | {fmt(r['distdgl_job_start_seconds'])} | "
-                  f"{fmt(r['distdgl_trainer_load_seconds'])} |")
-    return md
+    return figures_table(rows, {
+        "Grappa prepare s": "grappa_prepare_seconds", "upload s": "grappa_upload_seconds",
+        "Grappa job start s": "grappa_job_start_seconds", "DGL partition s": "distdgl_partition_seconds",
+        "DistDGL job start s": "distdgl_job_start_seconds", "DGL trainers' load s": "distdgl_trainer_load_seconds"})
 
 
 def epoch_tables(rows: list[dict]) -> list[str]:
