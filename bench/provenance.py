@@ -1,12 +1,13 @@
 """Which code measured a benchmark job, and when, so a page can tell a cell measured before a change
 from one measured after it.
 
-Every job the peer benchmarks record carries `measured`: {"date", "commit"} (the checkout's HEAD),
-"changes" (uncommitted edits under trainer/, operator/ or bench/: the commit alone does not say
-what ran) and "host" (the CPU's model and widest vector units, the cores this process may use: a
-fresh machine may be another host, and dense layers run at the vector width they find). Jobs recorded before that field existed are given it from git history by
-`python bench/provenance.py RUNS.json`: the commit that first holds the job's record exactly, as
-{"date", "recorded_in"}; the code that measured it is that commit's parent or older.
+Every job the peer benchmarks record carries `measured` (bench/link.py's cells: `code`):
+{"date", "commit"} (the checkout's HEAD), "changes" (uncommitted edits under trainer/, operator/
+or bench/: the commit alone does not say what ran) and "host" (the CPU's model, its widest vector
+units and the cores this process may use: a fresh machine may be another host, and dense layers
+run at the vector width they find). Jobs recorded before that field existed are given it from git
+history by `python bench/provenance.py RUNS.json`: the commit that first holds the job's record
+exactly, as {"date", "recorded_in"}; the code that measured it is that commit's parent or older.
 """
 from __future__ import annotations
 
