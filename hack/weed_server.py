@@ -196,8 +196,27 @@ def start(weed: Path, root: Path, host: str = LOOPBACK, prefix: Sequence[str] = 
     with server.log.open("ab") as log:
         server.process = subprocess.Popen([*prefix, *command(weed, server)], cwd=root, env=env,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+                                          start_new_session=True, preexec_fn=_dies_with(os.getpid()))
     return server
+
+
+def _dies_with(parent: int):
+    """A hook for the child: SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG; kept
+    through `ip netns exec`'s exec), so a starter killed before its `stop` (a timed-out pytest, a
+    killed benchmark) leaves no server behind in its own session. SIGKILL, as `stop` ends it
+    anyway: weed's own stop on SIGTERM takes over 15 s. Start it from a thread that lives as long."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None).prctl  # looked up before the fork: the child only calls it
+    except (OSError, AttributeError):
+        return None
+
+    def hook() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the starter was gone before prctl
+            os.kill(os.getpid(), signal.SIGKILL)
+    return hook
 
 
 def ready(server: S3Server, write: bool) -> bool:

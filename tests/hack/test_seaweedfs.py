@@ -4,8 +4,11 @@ behind. A few seconds once weed is built (under `make test` the bed builds it: $
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,28 @@ def test_a_stopped_server_leaves_no_process_and_no_socket(tmp_path: Path) -> Non
     assert server.process is not None and server.process.returncode is not None
     assert not [p for p in sockets if p.exists()]
     assert not [n for n in set(os.listdir("/tmp")) - tmp_top if n.startswith("weed")]  # no glog files
+
+
+def test_a_server_whose_starter_is_killed_ends_too(tmp_path: Path) -> None:
+    """A starter killed before its stop (a timed-out pytest) leaves no server running."""
+    weed = s3.weed_binary()
+    hack = Path(__file__).resolve().parents[2] / "hack"
+    tmp_top = set(os.listdir("/tmp"))
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import weed_server as w; "
+            "s = w.start(w.Path(sys.argv[2]), w.Path(sys.argv[3])); print(s.pid, flush=True); time.sleep(600)")
+    starter = subprocess.Popen([sys.executable, "-c", code, str(hack), str(weed), str(tmp_path / "s3")],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(starter.stdout.readline())
+        assert _group(pid) == {pid}  # weed runs, in a session of its own
+    finally:
+        starter.kill()
+        starter.wait()
+    try:
+        wait_until(lambda: not _group(pid), f"weed {pid} ending with its starter", stall=30)
+    finally:  # the test ends it when the starter's death did not
+        if _group(pid):
+            os.killpg(pid, signal.SIGKILL)
+    for name in set(os.listdir("/tmp")) - tmp_top:  # its gRPC sockets: a killed weed leaves them
+        if name.startswith("seaweedfs-") and name.endswith(".sock"):
+            Path("/tmp", name).unlink(missing_ok=True)
