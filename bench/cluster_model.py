@@ -73,6 +73,17 @@ def modelled_epoch(machines: list[dict], system: str, rate_bytes_s: float, steps
     return compute + transfer + steps * round_trips(system, len(machines), layers) * latency_s
 
 
+def modelled_epoch_behind(machines: list[dict], system: str, rate_bytes_s: float, background: int) -> float:
+    """`modelled_epoch` with machine `background` (the storage machine) working beside the others
+    rather than before or after them, as a prefetch from it does: the epoch is the longer of the
+    others' modelled epoch and that machine's own CPU plus its link's bytes at the rate. The
+    workers' side of its traffic stays on their links."""
+    rest = [m for i, m in enumerate(machines) if i != background]
+    own = machines[background]
+    return max(modelled_epoch(rest, system, rate_bytes_s),
+               own["cpu_seconds"] + link_bytes(own, DUPLEX[system]) / rate_bytes_s)
+
+
 def seeds_per_step(n_train: int, machines: int, batch: int) -> float:
     return min(batch, n_train / machines)
 

@@ -77,6 +77,26 @@ def cpu_figures(rec: dict, p: int) -> dict:
     return out
 
 
+def modelled_mean(rec: dict, preset: str, behind: bool = False) -> Optional[float]:
+    """PROJECTION (cluster_model): a job's mean epoch, after the first, had every machine cores of
+    its own: each epoch's busiest machine's CPU-seconds plus its busiest link's bytes at the
+    preset's rate. The storage machine is one of the machines, its link one of the links: in series
+    (`modelled_epoch`) or, `behind`, beside the steps as a prefetch runs (`modelled_epoch_behind`)."""
+    after, rate = later(rec), PRESETS.get(preset)
+    if not after or rate is None:
+        return None
+    rate, rank = rate_bytes_per_s(rate), rec.get("storage_rank")
+    if behind and rank is not None:
+        return statistics.mean(cm.modelled_epoch_behind(e["machines"], rec["system"], rate, rank) for e in after)
+    return statistics.mean(cm.modelled_epoch(e["machines"], rec["system"], rate) for e in after)
+
+
+def machines_of(system: str, p: int, store: str) -> int:
+    """Machines a cell's job occupies on a cluster: Grappa's aggregator is one more, and its
+    storage machine (store s3) one more again; DistDGL's P machines also serve its partitions."""
+    return cm.machines_charged(system, p) + (1 if system == "grappa" and store == "s3" else 0)
+
+
 def round_bytes(rec: dict) -> dict:
     """Store traffic per round: the storage machine's link over each round's epochs (kernel; with
     prefetch a round's epochs carry the next round's fetch), and the workers' own count of what
@@ -145,6 +165,13 @@ def cell_rows(runs: dict) -> list[dict]:
                          "trainer_load_seconds"):
                 row[f"{who}_{name}"] = med((r.get("setup") or {}).get(name) for r in recs)
         row["after_storage"] = med((r.get("after_training") or {}).get("storage_bytes") for r in g)
+        row["model"] = med(modelled_mean(r, preset) for r in g)
+        row["model_behind"] = med(modelled_mean(r, preset, behind=True) for r in g)
+        row["distdgl_model"] = med(modelled_mean(r, preset) for r in d)
+        cost = machines_of("distdgl", p, store) / machines_of("grappa", p, store)
+        for name, grappa in (("model_ratio", row["model"]), ("behind_ratio", row["model_behind"])):
+            row[name] = row["distdgl_model"] / grappa if grappa and row["distdgl_model"] else None
+            row[name.replace("ratio", "cost_ratio")] = row[name] * cost if row[name] else None
         rows.append(row)
     return rows
 
@@ -254,6 +281,46 @@ def epoch_tables(rows: list[dict]) -> list[str]:
     return md
 
 
+def model_error(model: Optional[float], measured: Optional[float]) -> str:
+    return "–" if model is None or not measured else f"{100 * (model / measured - 1):+.0f}%"
+
+
+def model_lines(rows: list[dict]) -> list[str]:
+    rows = [r for r in rows if r["model"] is not None or r["distdgl_model"] is not None]
+    if not rows:
+        return []
+    md = ["", "## PROJECTION: the same cells on a cluster (cluster-time model)", "",
+          "**A projection of `bench/cluster_model.py` from the measured epochs, not a measurement**: each "
+          "epoch after the first as it would take if every machine (the storage machine too) had cores of its "
+          "own, the busiest machine's CPU-seconds plus the busiest link's bytes at the link's rate (no latency: "
+          "the links add none); the mean over those epochs, the median over the cell's jobs. Two bounds for "
+          "Grappa's store: *in series*, the storage machine's CPU and link added to the steps like any "
+          "machine's (what a round fetched on demand would cost), and *behind the steps*, the storage machine "
+          "working beside the others as the prefetch does, the epoch the longer of the two (the workers' side "
+          "of the fetch stays on their links and CPU). The CPU figures are those measured on this host, where "
+          "a process waiting for a core also spends CPU waking and switching, so both systems are charged for "
+          "this host's crowding. *Error*: model ÷ measured − 1; where few processes share the 2 cores (P = 2) "
+          "it says how far the model can be trusted, above it the measured time includes the wait for those "
+          "cores, which the model leaves out by design. *Machines*: Grappa P + 1, and + 1 for its storage "
+          "machine with store s3; DistDGL P (its machines also serve its partitions); the ratio of "
+          "machine-seconds is the comparison at equal cost.", "",
+          "| cell | Grappa model s: in series / behind | measured s | error (in series) | DistDGL model s | "
+          "measured s | error | DistDGL ÷ Grappa measured | **DistDGL ÷ Grappa (model): in series / behind** | "
+          "target (P = 8, in series) | machines (G/D) | DistDGL ÷ Grappa (model, machine-s): in series / behind |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = RATIO_TARGETS.get(r["dataset"])
+        target = ("–" if t is None or r["p"] != 8 or r["preset"] != "1gbit" or r["model_ratio"] is None
+                  else f"≥ {t:.0f}x: " + ("met" if r["model_ratio"] >= t else "missed"))
+        md.append(f"| {label(r)} ({r['store']}) | {fmt(r['model'])} / {fmt(r['model_behind'])} | {fmt(r['mean'])} | "
+                  f"{model_error(r['model'], r['mean'])} | {fmt(r['distdgl_model'])} | {fmt(r['distdgl_mean'])} | "
+                  f"{model_error(r['distdgl_model'], r['distdgl_mean'])} | {times(r['ratio'])} | "
+                  f"**{times(r['model_ratio'])} / {times(r['behind_ratio'])}** | {target} | "
+                  f"{machines_of('grappa', r['p'], r['store'])}/{machines_of('distdgl', r['p'], r['store'])} | "
+                  f"{times(r['model_cost_ratio'])} / {times(r['behind_cost_ratio'])} |")
+    return md
+
+
 def projection_lines(rows: list[dict]) -> list[str]:
     proj = [(r, storage_projection(r)) for r in rows]
     proj = [(r, p) for r, p in proj if p]
@@ -338,6 +405,7 @@ def render(runs: dict, out: Path) -> Path:
            "DistDGL: DGL's partition_graph (before the job), job start (servers start and load their partitions, "
            "trainers connect, to the first epoch's steps), and the trainers' own wait for the DistGraph.", ""]
     md += setup_table(rows)
+    md += model_lines(rows)
     md += projection_lines(rows)
     md += ["", "## Every epoch (measured)"] + epoch_tables(rows)
     left = [f"- `{k}`: {r['error'].strip().splitlines()[-1][:200]}" for k, r in sorted(runs.items()) if "error" in r]

@@ -122,3 +122,14 @@ def test_a_sharded_optimizer_divides_only_the_optimizers_share_of_the_fixed_work
     assert a[0]["cpu_seconds"] - b[0]["cpu_seconds"] == pytest.approx(saved)
     assert a[1]["cpu_seconds"] - b[1]["cpu_seconds"] == pytest.approx(saved)
     assert a[1]["sent_bytes"] == b[1]["sent_bytes"]  # the same bytes
+
+
+def test_a_machine_working_behind_the_steps_costs_only_what_outlasts_them():
+    cm = load("cluster_model")
+    # aggregator, two workers, the storage machine (rank 3) serving 250 bytes at 100 B/s
+    ms = [machine(0.5, 10, 10), machine(1.0, 20, 120), machine(1.5, 20, 130), machine(0.2, 250, 5)]
+    assert cm.modelled_epoch(ms, "grappa", 100.0) == pytest.approx(1.5 + 2.5)  # in series
+    # behind: the others' epoch (1.5 + 1.3) against the storage machine's own (0.2 + 2.5)
+    assert cm.modelled_epoch_behind(ms, "grappa", 100.0, background=3) == pytest.approx(2.8)
+    slow = ms[:3] + [machine(0.2, 400, 5)]
+    assert cm.modelled_epoch_behind(slow, "grappa", 100.0, background=3) == pytest.approx(4.2)

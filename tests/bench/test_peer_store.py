@@ -156,3 +156,36 @@ def test_cpu_per_epoch_by_who_spent_it(mods):
     assert local["storage"] is None
     d = rs.cpu_figures({"system": "distdgl", "epochs": [epoch(9.0, [3, 3]), epoch(2.0, [1.5, 2.5])]}, p=2)
     assert d == pytest.approx({"all": 4.0, "busy_cores": 2.0})
+
+
+def test_the_cluster_model_of_a_cell(mods, tmp_path):
+    _, rs, cm = mods
+    rate = 125e6  # 1gbit
+
+    def epoch(cpus, links):
+        return {"seconds": 9.0, "machines": [machine(b, b / 2, cpu=c) for c, b in zip(cpus, links)]}
+    # the first epoch (warm-up) is left out; aggregator, two workers, the storage machine (rank 3)
+    g = {"system": "grappa", "storage_rank": 3,
+         "epochs": [epoch([9, 9, 9, 9], [9e9] * 4), epoch([0.1, 1.0, 1.2, 0.3], [1e6, 5e6, 5e6, 250e6]),
+                    epoch([0.1, 1.0, 1.1, 0.0], [1e6, 5e6, 5e6, 0])]}
+    series = ((1.2 + 250e6 / rate) + (1.1 + 5e6 / rate)) / 2
+    behind = (max(1.2 + 5e6 / rate, 0.3 + 250e6 / rate) + (1.1 + 5e6 / rate)) / 2
+    assert rs.modelled_mean(g, "1gbit") == pytest.approx(series)
+    assert rs.modelled_mean(g, "1gbit", behind=True) == pytest.approx(behind)
+    assert rs.modelled_mean({**g, "storage_rank": None}, "1gbit", behind=True) == pytest.approx(series)
+    d = {"system": "distdgl", "epochs": [epoch([9, 9], [9e9] * 2), epoch([3.0, 2.0], [100e6, 50e6])]}
+    assert rs.modelled_mean(d, "1gbit") == pytest.approx(3.0 + 100e6 / rate)
+    # machines charged: Grappa P + 1, its storage machine one more with store s3; DistDGL P
+    assert (rs.machines_of("grappa", 2, "s3"), rs.machines_of("grappa", 2, "local"),
+            rs.machines_of("distdgl", 2, "s3")) == (4, 3, 2)
+    for rec in (g, d):
+        rec.update(load_before=[0.1, 0.1, 0.1], load_after=[0.5, 0.5, 0.5], quiet_limit=1.0)
+        for i, e in enumerate(rec["epochs"]):
+            e.update(epoch=i + 1, busiest_worker_kernel_bytes=1.0)
+    runs = {"timing|rmat|2|3|grappa|1gbit|s3|r10|e3|0": g, "timing|rmat|2|3|distdgl|1gbit|s3|r10|e3|0": d}
+    row = rs.cell_rows(runs)[0]
+    assert row["model_ratio"] == pytest.approx((3.0 + 100e6 / rate) / series)
+    assert row["behind_cost_ratio"] == pytest.approx((3.0 + 100e6 / rate) / behind * 2 / 4)
+    page = rs.render(runs, tmp_path).read_text()
+    assert "PROJECTION: the same cells on a cluster" in page
+    assert f"**{row['model_ratio']:.2f}x / {row['behind_ratio']:.2f}x**" in page
