@@ -407,6 +407,16 @@ def render(runs: dict, out: Path) -> Path:
     md += setup_table(rows)
     md += model_lines(rows)
     md += projection_lines(rows)
+    hosts = provenance.hosts_table((f"{label(r)} ({r['store']})", r["grappa"] + r["distdgl"]) for r in rows)
+    if hosts:
+        md += ["", "## The hosts the jobs ran on (measured)", "",
+               "Each job records its host (bench/provenance.py): the CPU, its widest vector units, the cores, "
+               "the kernel release, and what a system call and a minor page fault cost on it (CPU µs, measured "
+               "when the job was recorded). A kernel that makes those dear charges every message between "
+               "processes more CPU (each ring pass of an all-reduce, each RPC), so cells measured on different "
+               "hosts compare less well than cells of one host. Jobs "
+               "recorded before a field was kept show it as not recorded; earlier jobs have no host at all.", ""]
+        md += hosts
     md += ["", "## Every epoch (measured)"] + epoch_tables(rows)
     left = [f"- `{k}`: {r['error'].strip().splitlines()[-1][:200]}" for k, r in sorted(runs.items()) if "error" in r]
     left += [f"- `{k}`: 1-minute load average {r['load_before'][0]:.2f} before the run"

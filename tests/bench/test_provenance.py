@@ -72,4 +72,24 @@ def test_host_names_the_cpu_its_widest_vector_units_and_the_cores(prov):
     assert h["cpu"] == "AMD EPYC (family 25, model 1)" and h["simd"] == "avx2"  # the first processor's
     assert h["cores"] >= 1
     assert prov.host("processor : 0\nflags : sse2\n")["simd"] is None
-    assert prov.stamp()["host"]["cores"] == h["cores"]
+    stamped = prov.stamp()["host"]
+    assert stamped["cores"] == h["cores"] and stamped["kernel"] == h["kernel"] and h["kernel"]
+
+
+def test_host_costs_count_the_faults_they_time(prov):
+    costs = prov.host_costs(calls=2_000, pages=300)
+    assert costs["page_faults"] >= 300  # one first touch a page at least: the faults were made
+    assert costs["syscall_us"] >= 0 and costs["page_fault_us"] > 0
+
+
+def test_hosts_table_one_row_a_host(prov):
+    a = {"cpu": "EPYC", "simd": "avx2", "cores": 2, "kernel": "6.18-a", "syscall_us": 0.25, "page_fault_us": 3.5}
+    b = {**a, "kernel": "6.18-b", "syscall_us": 0.1, "page_fault_us": 0.9}
+    old = {"cpu": "EPYC", "simd": "avx2", "cores": 2}  # before the kernel and the costs were kept
+    cells = [("x", [{"measured": {"host": a}}, {"measured": {"host": {**a, "syscall_us": 0.3}}}]),
+             ("y", [{"measured": {"host": b}}, {"measured": {"host": old}}, {"measured": {"date": "d"}}])]
+    md = prov.hosts_table(cells)
+    assert md[2] == "| EPYC | avx2 | 2 | 6.18-a | 0.25-0.30 | 3.50 | x |"
+    assert md[3] == "| EPYC | avx2 | 2 | 6.18-b | 0.10 | 0.90 | y |"
+    assert md[4] == "| EPYC | avx2 | 2 | not recorded | not measured | not measured | y |"
+    assert len(md) == 5 and prov.hosts_table([("z", [{}])]) == []
