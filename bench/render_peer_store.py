@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Optional
@@ -321,6 +322,37 @@ def model_lines(rows: list[dict]) -> list[str]:
     return md
 
 
+def plot_ratios(rows: list[dict], out: Path) -> Optional[str]:
+    """peer-store.png: per cell with both systems, DistDGL ÷ Grappa measured and modelled (in
+    series, behind the steps), each cell's target a tick beside it (P = 8 at 1 Gbit/s only)."""
+    rows = [r for r in rows if r["ratio"] is not None]
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from render_peer import _save
+    series = (("ratio", "measured (2 cores shared)"), ("model_ratio", "PROJECTION: store in series"),
+              ("behind_ratio", "PROJECTION: store behind the steps"))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(rows)), 4.5))
+    width = 0.8 / len(series)
+    for i, (key, name) in enumerate(series):
+        ax.bar([x + (i - 1) * width for x in range(len(rows))], [r[key] or 0 for r in rows], width, label=name)
+    for x, r in enumerate(rows):
+        t = RATIO_TARGETS.get(r["dataset"]) if r["p"] == 8 and r["preset"] == "1gbit" else None
+        if t:
+            ax.hlines(t, x - 0.4, x + 0.4, colors="black", linewidth=2,
+                      label="target" if "target" not in ax.get_legend_handles_labels()[1] else None)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(["\n".join(textwrap.wrap(SHORT.get(r["dataset"], r["dataset"]), 14))
+                        + f"\nP={r['p']} every {r['every']}" for r in rows], fontsize=6.5)
+    ax.set_ylabel("DistDGL ÷ Grappa, epoch time (rounds incl.)")
+    ax.set_title(f"The store on a {rows[0]['preset']} link: measured and modelled", fontsize=10)
+    ax.legend(fontsize=7)
+    return _save(fig, out, "peer-store.png")
+
+
 def projection_lines(rows: list[dict]) -> list[str]:
     proj = [(r, storage_projection(r)) for r in rows]
     proj = [(r, p) for r, p in proj if p]
@@ -406,6 +438,9 @@ def render(runs: dict, out: Path) -> Path:
            "trainers connect, to the first epoch's steps), and the trainers' own wait for the DistGraph.", ""]
     md += setup_table(rows)
     md += model_lines(rows)
+    if plot_ratios(rows, out):
+        md += ["", "![DistDGL ÷ Grappa per cell: measured, and the two model bounds, against the targets]"
+                   "(peer-store.png)"]
     md += projection_lines(rows)
     hosts = provenance.hosts_table((f"{label(r)} ({r['store']})", r["grappa"] + r["distdgl"]) for r in rows)
     if hosts:

@@ -189,3 +189,5 @@ def test_the_cluster_model_of_a_cell(mods, tmp_path):
     page = rs.render(runs, tmp_path).read_text()
     assert "PROJECTION: the same cells on a cluster" in page
     assert f"**{row['model_ratio']:.2f}x / {row['behind_ratio']:.2f}x**" in page
+    assert "(peer-store.png)" in page and (tmp_path / "peer-store.png").stat().st_size > 0  # the ratios, plotted
+    assert rs.plot_ratios([{**row, "ratio": None}], tmp_path / "none") is None  # no cell with both systems
