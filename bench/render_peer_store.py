@@ -322,6 +322,44 @@ def model_lines(rows: list[dict]) -> list[str]:
     return md
 
 
+def store_free(rows: list[dict]) -> list[dict]:
+    """Each `local` cell (Grappa's store on the host's disk: no store traffic on any link) paired with
+    DistDGL's jobs of its s3 twin (same graph, P, depth, link, period and epochs; DistDGL never reads
+    Grappa's store, so its jobs are the same either way): the ratio Grappa could reach if its store
+    cost nothing, measured and modelled."""
+    twins = {(r["dataset"], r["p"], r["layers"], r["preset"], r["every"], r["epochs"]): r
+             for r in rows if r["store"] != "local" and r["distdgl_mean"] is not None}
+    out = []
+    for r in rows:
+        d = twins.get((r["dataset"], r["p"], r["layers"], r["preset"], r["every"], r["epochs"]))
+        if r["store"] != "local" or d is None or r["mean"] is None:
+            continue
+        model = d["distdgl_model"] / r["model"] if r["model"] and d["distdgl_model"] else None
+        out.append({"row": r, "twin": d, "measured": d["distdgl_mean"] / r["mean"], "model": model,
+                    "target": RATIO_TARGETS.get(r["dataset"]) if r["p"] == 8 and r["preset"] == "1gbit" else None})
+    return out
+
+
+def store_free_lines(rows: list[dict]) -> list[str]:
+    pairs = store_free(rows)
+    if not pairs:
+        return []
+    md = ["", "The ceiling a store lever can reach: a `local` cell's Grappa (its store on this host's disk, so none "
+              "of its bytes cross a link) against DistDGL's jobs of the s3 cell beside it.", ""]
+    for f in pairs:
+        r, t = f["row"], f["target"]
+        line = (f"- {label(r)}: Grappa with no store traffic {fmt(r['mean'])} s an epoch measured, "
+                f"{fmt(r['model'])} s modelled; DistDGL ÷ Grappa {times(f['measured'])} measured, "
+                f"**{times(f['model'])} modelled**")
+        if t is not None and f["model"] is not None:
+            line += (f": at or above the {t:.0f}x target, so a cut in the store's cost can close the gap"
+                     if f["model"] >= t else
+                     f": below the {t:.0f}x target even so, so no cut in the store's bytes alone meets it; "
+                     "only cheaper steps (Grappa's CPU a step on this host) can")
+        md.append(line + ".")
+    return md
+
+
 def plot_ratios(rows: list[dict], out: Path) -> Optional[str]:
     """peer-store.png: per cell with both systems, DistDGL ÷ Grappa measured and modelled (in
     series, behind the steps), each cell's target a tick beside it (P = 8 at 1 Gbit/s only)."""
@@ -438,6 +476,7 @@ def render(runs: dict, out: Path) -> Path:
            "trainers connect, to the first epoch's steps), and the trainers' own wait for the DistGraph.", ""]
     md += setup_table(rows)
     md += model_lines(rows)
+    md += store_free_lines(rows)
     if plot_ratios(rows, out):
         md += ["", "![DistDGL ÷ Grappa per cell: measured, and the two model bounds, against the targets]"
                    "(peer-store.png)"]

@@ -191,3 +191,40 @@ def test_the_cluster_model_of_a_cell(mods, tmp_path):
     assert f"**{row['model_ratio']:.2f}x / {row['behind_ratio']:.2f}x**" in page
     assert "(peer-store.png)" in page and (tmp_path / "peer-store.png").stat().st_size > 0  # the ratios, plotted
     assert rs.plot_ratios([{**row, "ratio": None}], tmp_path / "none") is None  # no cell with both systems
+
+
+def test_the_ceiling_with_no_store_traffic(mods, tmp_path):
+    """A local cell's Grappa against DistDGL's jobs of its s3 twin: the ratio if the store cost nothing,
+    judged against the target (at P = 8, 1 Gbit/s)."""
+    _, rs, _ = mods
+    rate = 125e6
+
+    def epoch(cpus, links):
+        return {"seconds": 2.0, "machines": [machine(b, b / 2, cpu=c) for c, b in zip(cpus, links)],
+                "busiest_worker_kernel_bytes": 1.0}
+
+    def rec(system, epochs, storage_rank=None):
+        for i, e in enumerate(epochs):
+            e["epoch"] = i + 1
+        return {"system": system, "storage_rank": storage_rank, "epochs": epochs, "load_before": [0.1] * 3,
+                "load_after": [0.5] * 3, "quiet_limit": 1.0}
+    local = rec("grappa", [epoch([9, 9, 9], [9e9] * 3), epoch([0.1, 0.5, 0.4], [1e6, 5e6, 5e6])])
+    s3 = rec("grappa", [epoch([9] * 4, [9e9] * 4), epoch([0.1, 0.5, 0.4, 0.2], [1e6, 5e6, 5e6, 9e7])], 3)
+    dgl = rec("distdgl", [epoch([9, 9], [9e9] * 2), epoch([1.5, 1.0], [25e6, 1e6])])
+    runs = {"timing|rmat|8|3|grappa|1gbit|local|r10|e3|0": local, "timing|rmat|8|3|grappa|1gbit|s3|r10|e3|0": s3,
+            "timing|rmat|8|3|distdgl|1gbit|s3|r10|e3|0": dgl}
+    rs.RATIO_TARGETS["rmat"] = 3.0
+    try:
+        rows = rs.cell_rows(runs)
+        [pair] = rs.store_free(rows)
+        assert pair["row"]["store"] == "local" and pair["twin"]["store"] == "s3"
+        assert pair["model"] == pytest.approx((1.5 + 25e6 / rate) / (0.5 + 5e6 / rate))  # 3.15x
+        assert pair["measured"] == pytest.approx(1.0)  # both epochs 2.0 s
+        page = rs.render(runs, tmp_path).read_text()
+        assert f"**{pair['model']:.2f}x modelled**: at or above the 3x target" in page
+        rs.RATIO_TARGETS["rmat"] = 5.0
+        assert "below the 5x target even so" in "\n".join(rs.store_free_lines(rows))
+    finally:
+        del rs.RATIO_TARGETS["rmat"]
+    # no s3 twin with DistDGL's jobs: no ceiling
+    assert rs.store_free(rs.cell_rows({k: v for k, v in runs.items() if "distdgl" not in k})) == []
