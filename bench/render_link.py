@@ -133,7 +133,8 @@ def size(b) -> str:
 def target_section(runs: dict, datasets: list[str]) -> list[str]:
     lines = ["## Target", "",
              f"Grappa's test MRR (correction + rounds) within {TARGET} of single-process at P = {TARGET_P} "
-             "on every graph and depth; at P = 8, how far.", ""]
+             "on every graph and depth; at P = 8, how far. *Within* means at most "
+             f"{TARGET} below: a Grappa MRR above single-process's counts as within however far above.", ""]
     met, missed, pending = [], [], []
     for ds in datasets:
         for layers in LAYERS:
@@ -204,7 +205,8 @@ def p8_section(runs: dict, datasets: list[str]) -> list[str]:
     if not gaps8:
         return lines + [f"P = 8 is {NOT} yet."]
     lines.append(f"At P = 8 Grappa is {span(gaps8)} from single-process; "
-                 f"{sum(g >= -TARGET for g in gaps8)} of {len(gaps8)} settings are within {TARGET}.")
+                 f"{sum(g >= -TARGET for g in gaps8)} of {len(gaps8)} settings are within {TARGET} "
+                 f"({sum(abs(g) <= TARGET for g in gaps8)} within {TARGET} either way).")
     if widen:
         lines.append(f"Going from P = 4 to P = 8 moves the gap by {span(widen)}: with twice the workers each "
                      "one holds half as many nodes, so more training edges cross between workers (they wait "

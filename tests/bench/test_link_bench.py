@@ -39,7 +39,13 @@ def test_link_page_computes_gaps_and_a_met_target(tmp_path):
     # P = 8: gaps -0.03 (2 layers) and -0.02 (3); rounds add +0.02, the correction +0.01; P 4 -> 8 moves -0.025, -0.015
     assert "| cora | 2 | -0.0050 | -0.0300 | -0.0400 | -0.0500 | not measured | not measured |" in lines
     assert ("At P = 8 Grappa is mean -0.0250 (from -0.0300 to -0.0200, 2 settings) from single-process; "
-            "0 of 2 settings are within 0.01.") in lines
+            "0 of 2 settings are within 0.01 (0 within 0.01 either way).") in lines
+    # within: at most 0.01 below; one 0.02 above is within, though not either way
+    runs[render.cell_key("cora", 3, "grappa", 8)] = cell(0.42, p=8)
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
+    assert any(line.endswith("1 of 2 settings are within 0.01 (0 within 0.01 either way).") for line in lines)
+    runs[render.cell_key("cora", 3, "grappa", 8)] = cell(0.38, p=8)
+    lines = render.render(runs, tmp_path, datasets=["cora"]).read_text().splitlines()
     assert any(line.startswith("Rounds (Grappa minus no rounds) add mean +0.0200") for line in lines)
     assert any(line.startswith("The coverage correction (Grappa minus no correction) adds mean +0.0100") for line in lines)
     row = next(line for line in lines if line.startswith("| 2 | Grappa (correction + rounds) | 4 |"))
