@@ -109,14 +109,36 @@ def test_fetch_counts_what_the_store_holds_for_what_it_fetched(prepared, tmp_pat
     for i in (0, ids.size // 2, ids.size - 1):
         k = int(arrays.chunk_of[ids[i]])
         r = np.searchsorted(arrays.file(k, "nodes.npy"), ids[i])
-        np.testing.assert_array_equal(np.load(h / "x.npy")[i], arrays.file(k, "x.npy")[r])
+        np.testing.assert_array_equal(np.load(h / "x.npy")[np.load(h / "xpos.npy")[i]], arrays.file(k, "x.npy")[r])
         ip = arrays.file(k, "indptr.npy")
         assert np.load(h / "deg.npy")[i] == ip[r + 1] - ip[r]
-    # the next round: the base chunks are there, only the new variable chunk and its halo come
+    # the next round: the base chunks are there, only the new variable chunk and its halo come,
+    # the halo's rows this folder holds (the last halo's, the last variable chunk's) from it
     nxt = copy.fetch(base + [var2])
     index2, rows2 = arrays.halo_bytes(base + [var2])
-    assert (nxt.chunk_files, nxt.halo_index, nxt.halo_rows) == (arrays.chunk_bytes([var2]), index2, rows2)
+    assert (nxt.chunk_files, nxt.halo_index) == (arrays.chunk_bytes([var2]), index2)
+    assert nxt.halo_rows + nxt.reused == rows2 and nxt.reused > 0
     assert copy.fetch(base + [var]).total == 0  # already local: nothing read again
+
+
+def test_halo_rows_taken_from_the_folder_are_the_stores(prepared, tmp_path):
+    """A round whose halo rows come from the last round's halo and chunk copies builds the graph
+    the store does; with the last variable chunk gone, the rows only it held come from the store."""
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    direct = build_local_graph(ChunkStore(cfg.store_path), base, var2)
+    copy = LocalCopy(cfg.store_path, tmp_path / "local")
+    copy.fetch(base + [var])
+    nxt = copy.fetch(base + [var2])
+    assert nxt.reused > 0
+    assert_same_graph(direct, build_local_graph(copy.view(base + [var2]), base, var2))
+    again = LocalCopy(cfg.store_path, tmp_path / "other")
+    again.fetch(base + [var])
+    again.evict(again.entries(base + [var2]) | {halo_key(base + [var])})  # its halo stays, its chunk goes
+    third = again.fetch(base + [var2])
+    index2, rows2 = arrays.halo_bytes(base + [var2])
+    assert third.halo_rows + third.reused == rows2 and 0 < third.reused < nxt.reused
+    assert_same_graph(direct, build_local_graph(again.view(base + [var2]), base, var2))
 
 
 def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
@@ -233,8 +255,10 @@ def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fet
     assert held["local_disk"] == folder_bytes(local) and held["prefetch_memory"] > 0
     fetcher.take(base + [var2])
     second = fetcher.counts()
+    index2, rows2 = arrays.halo_bytes(base + [var2])  # its halo's rows: from the store, or held here
     assert second["fetched"] == second["fetched_ahead"] == \
-        arrays.chunk_bytes([var2]) + sum(arrays.halo_bytes(base + [var2]))
+        arrays.chunk_bytes([var2]) + index2 + second["fetched_rows"]
+    assert second["fetched_rows"] + second["fetched_reused"] == rows2 and second["fetched_reused"] > 0
     assert second["prefetch_disk"] == second["prefetch_memory"] == 0  # nothing fetched ahead since `held`
     assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var2]} | {halo_key(base + [var2])}
     fetcher.ahead(base + [var3])
@@ -242,7 +266,9 @@ def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fet
     var3_bytes = folder_bytes(local / chunk_dir(var3), local / halo_key(base + [var3]))
     fetcher.take(base + [var])  # not the round fetched ahead: fetched now, the other evicted
     third = fetcher.counts()
-    assert third["fetched"] == arrays.chunk_bytes([var]) + sum(arrays.halo_bytes(base + [var]))
+    index, rows = arrays.halo_bytes(base + [var])  # the halo's rows: from the store, or held here
+    assert third["fetched"] == arrays.chunk_bytes([var]) + index + third["fetched_rows"]
+    assert third["fetched_rows"] + third["fetched_reused"] == rows
     assert third["fetched_ahead"] == 0
     assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var]} | {halo_key(base + [var])}
     # the fetch ahead completed, and was evicted, with no report in between: the next report has
@@ -274,9 +300,12 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     t.start()
     t.join(120)  # the round starts: the rest at once, not in two hours
     assert not t.is_alive() and pace.waited > 0
-    assert pace.done == pace.total == arrays.chunk_bytes([var2]) + arrays.halo_bytes(base + [var2])[1]
+    got = fetcher._round  # the halo's rows paced: those read from the store, not those held here
+    assert pace.done == pace.total == arrays.chunk_bytes([var2]) + got.halo_rows
+    assert got.halo_rows + got.reused == arrays.halo_bytes(base + [var2])[1]
     got = fetcher.counts()
-    assert got["fetched"] == got["fetched_ahead"] == arrays.chunk_bytes([var2]) + sum(arrays.halo_bytes(base + [var2]))
+    assert got["fetched"] == got["fetched_ahead"] == arrays.chunk_bytes([var2]) + \
+        arrays.halo_bytes(base + [var2])[0] + got["fetched_rows"]
     assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
                       build_local_graph(taken["view"], base, var2))
     fetcher.close(remove=True)

@@ -142,6 +142,10 @@ def test_a_fetch_from_the_bucket_reads_what_the_folders_does_and_builds_the_same
     nxt = copy.fetch(base + [var2])  # the base chunks are local: only the new chunk and its halo
     assert nxt.chunk_files == arrays.chunk_bytes([var2])
     assert bucket.bytes_received - received >= nxt.total
+    # the halo's rows the last round's runs and chunk copies hold come from the folder, not the bucket
+    assert nxt.reused > 0 and nxt.halo_rows + nxt.reused == arrays.halo_bytes(base + [var2])[1]
+    assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
+                      build_local_graph(copy.view(base + [var2]), base, var2))
 
 
 def test_a_job_on_the_bucket_trains_the_same_parameters_as_on_a_folder(creds, s3_bucket, tmp_path):

@@ -107,7 +107,7 @@ def memory_summary(history: list[dict], cgroup: Optional[dict] = None) -> Option
 
 
 STORE_READ_KINDS = ("verify", "structure", "own_features", "halo_features")
-FETCHED_KINDS = ("fetched", "fetched_ahead", "fetched_rows", "fetched_on_demand")  # bytes, summed over rounds
+FETCHED_KINDS = ("fetched", "fetched_ahead", "fetched_rows", "fetched_on_demand", "fetched_reused")  # bytes, summed over rounds
 HELD_KINDS = ("local_disk", "prefetch_disk", "prefetch_memory")     # bytes held, their peak kept
 
 
@@ -150,7 +150,8 @@ def store_reads_summary(history: list[dict], resumed_at: list[int], fetched: boo
                         "; the rounds were fetched (storage.fetch), so those are reads of the worker-local "
                         "copy and the store's bytes are `fetched` (of them `fetched_ahead` during the round "
                         "before, `fetched_rows` the halo's feature rows, `fetched_on_demand` the rows fetched "
-                        "as a mini-batch round's steps first read them); local_disk, prefetch_disk (the next round's share) and prefetch_memory "
+                        "as a mini-batch round's steps first read them; `fetched_reused`, not in `fetched`: the halo's "
+                        "rows taken from the worker's folder, which held them from the round before); local_disk, prefetch_disk (the next round's share) and prefetch_memory "
                         "(the background fetch's peak buffers): bytes held at the round's last epoch report "
                         "(the prefetch ones: or, if more, what a fetch ahead held when it completed since the "
                         "report before)"

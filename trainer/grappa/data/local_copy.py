@@ -12,12 +12,14 @@ Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
     chunk_files = sum over the chunk files copied whole of their data bytes (manifest data_bytes)
     halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
                   indptr entries at r and r + 1 for each halo row r (each entry once)
-    halo_rows   = halo rows x row bytes (a stored row: store/feature_codec.py); with
-                  rows="as-read", the rows the steps read, each once a round (`on_demand` too)
+    halo_rows   = halo rows read from the store x row bytes (a stored row: store/feature_codec.py);
+                  with rows="as-read", the rows the steps read, each once a round (`on_demand` too)
     over_read   = a store in a bucket (storage.s3, data/s3/source.py) only: bytes between rows
                   read in the same ranged request
-A chunk already copied is not read again: base chunks are fetched once per job. From a bucket
-the same files and rows are read by GETs (a file whole, rows and entries in ranges); the
+A chunk already copied is not read again: base chunks are fetched once per job. Halo rows the
+folder already holds (a chunk copy, the runs of a halo fetched before) are taken from it, not
+read again: `reused` counts their bytes, which are not in the total (data/held_runs.py). From a
+bucket the same files and rows are read by GETs (a file whole, rows and entries in ranges); the
 bucket's manifest is the local mirror's (storeDir).
 
 Nothing half-fetched is used: a copy is written under a `.tmp-` name and renamed into place when
@@ -35,7 +37,10 @@ Folder layout:
     halo-<key>/chunk.npy     int32 [h] the chunk of each
     halo-<key>/deg.npy       int64 [h] global in-degree
     halo-<key>/row.npy       int64 [h] the row of each in its chunk's files
-    halo-<key>/x.npy         [h, f] feature rows, in the store's dtype (rows="all" only)
+    halo-<key>/x.npy         [n, f] the runs of store rows that hold the halo's feature rows, in
+                             the store's dtype (rows="all" only, as the next two: held_runs.py)
+    halo-<key>/xpos.npy      int64 [h] the row in x.npy of each halo node's
+    halo-<key>/xruns.npy     int64 [runs, 4] (chunk, first row, end row, its first row in x.npy)
     halo-<key>/fetched.json  what the folder was fetched for and each file's size and sha256
     rows-<key>/x.bin         rows="as-read": the halo rows the round's steps read so far (halo_rows.py)
 """
@@ -54,6 +59,7 @@ import numpy as np
 from grappa.data.distinct import MAP_BLOCK, distinct
 from grappa.data.errors import ChunkStoreError
 from grappa.data.halo_rows import HaloChunkRows, HaloRows
+from grappa.data.held_runs import RUN_FILES, HeldRuns, RunRows, spans
 from grappa.data.pace import Pace
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.feature_codec import codec_of, rows_view
@@ -62,9 +68,10 @@ from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
 
 _BLOCK = 1 << 22      # bytes per read when copying a file
-_SLAB = 1 << 23       # bytes of feature rows gathered at once
+_RUNS_SLAB = 1 << 25  # bytes of a halo's runs read from the store at once (their requests together)
 _TMP = ".tmp-"
-HALO_FILES = ("ids.npy", "chunk.npy", "deg.npy", "row.npy", "x.npy")
+INDEX_FILES = ("ids.npy", "chunk.npy", "deg.npy", "row.npy")
+HALO_FILES = INDEX_FILES + RUN_FILES
 ROW_MODES = ("all", "as-read")  # a halo's rows fetched with it, or as the steps read them
 _ROWS = "rows-"
 _FIX = "the store must be re-prepared (delete it and run `grappa prepare`)"
@@ -79,6 +86,7 @@ class Fetched:
     halo_rows: int = 0
     over_read: int = 0
     on_demand: int = 0  # of halo_rows, those fetched as the steps read them (rows="as-read")
+    reused: int = 0     # halo rows' bytes taken from the folder instead (not in total)
     memory_peak: int = 0
     memory_now: int = 0
 
@@ -116,7 +124,7 @@ class LocalCopy:
         self.store = Path(store_path)
         self.folder = Path(folder)
         self.as_read = rows == "as-read"
-        self.halo_files = HALO_FILES[:-1] if self.as_read else HALO_FILES
+        self.halo_files = INDEX_FILES if self.as_read else HALO_FILES
         self.remote = None
         if remote is not None:  # a data.s3 Bucket: storeDir is its mirror, holding the manifest
             from grappa.data.s3.source import S3Source
@@ -205,7 +213,8 @@ class LocalCopy:
         return out
 
     def halo_row_bytes(self, owned: Sequence[int]) -> int:
-        """The bytes of the feature rows in `owned`'s fetched halo (0: none here, or as read)."""
+        """The bytes of the runs of feature rows in `owned`'s fetched halo (0: none here, or as
+        read): about what the next round's fetch reads of rows, before what it finds here."""
         path = self.folder / halo_key(owned) / "x.npy"
         if self.as_read or not path.exists():
             return 0
@@ -249,16 +258,7 @@ class LocalCopy:
         out.hold(ids, chunks, deg)
         store_row = np.empty(ids.size, dtype=np.int64)
         out.hold(store_row)
-        codec = codec_of(self.manifest)
-        x_dtype, nf = codec.dtype, codec.columns  # of stored rows
-        if not ids.size and not self.as_read:  # no halo (one worker, or every chunk owned): an empty x.npy
-            np.save(tmp / "x.npy", np.empty((0, nf), dtype=x_dtype))
-        x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=x_dtype, shape=(ids.size, nf)) \
-            if ids.size and not self.as_read else None
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
-        row_bytes = nf * x_dtype.itemsize
-        if pace is not None and x_out is not None:  # the rows are paced too (the index is small)
-            pace.settle(ids.size * row_bytes)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
             nodes = self._read_all(k, "nodes.npy")  # read whole: the rows are searched
@@ -274,20 +274,8 @@ class LocalCopy:
             out.halo_index += nodes.nbytes + ends.nbytes
             out.drop(nodes)
             del nodes
-            if x_out is None:  # rows="as-read": the steps fetch the rows they read (halo_rows.py)
-                continue
-            step = max(1, _SLAB // max(1, row_bytes))
-            for lo in range(0, rows.size, step):  # ascending rows: sequential reads
-                slab = self._take(k, "x.npy", rows[lo:lo + step], out)
-                out.hold(slab)
-                x_out[a + lo:a + lo + slab.shape[0]] = slab
-                out.halo_rows += slab.shape[0] * row_bytes
-                out.drop(slab)
-                if pace is not None:
-                    pace.spend(slab.shape[0] * row_bytes)
-        if x_out is not None:
-            x_out.flush()
-            del x_out
+        if not self.as_read:  # as read, the steps fetch the rows they read (halo_rows.py)
+            self._fetch_runs(tmp, chunks, store_row, bounds, out, pace)
         np.save(tmp / "ids.npy", ids)
         np.save(tmp / "chunk.npy", chunks.astype(np.int32))
         np.save(tmp / "deg.npy", deg)
@@ -297,6 +285,69 @@ class LocalCopy:
                  for name in self.halo_files}
         (tmp / "fetched.json").write_text(json.dumps(
             {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
+
+    def _fetch_runs(self, tmp: Path, chunks: np.ndarray, store_row: np.ndarray, bounds: np.ndarray,
+                    out: Fetched, pace: Pace | None) -> None:
+        """The halo's feature rows into tmp as runs (held_runs.py): the runs this folder holds
+        whole are taken from it, the others read from the store, about _RUNS_SLAB bytes at a time
+        (a bucket's requests in parallel)."""
+        from grappa.data.s3.source import GAP_BYTES, runs_of
+        codec = codec_of(self.manifest)
+        row_bytes = codec.columns * codec.dtype.itemsize
+        gap = GAP_BYTES if self.remote is not None else 0  # a folder's rows are read exactly
+        parts = []  # per halo chunk: (chunk, first rows, end rows, halo rows in each)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            rows = store_row[a:b]
+            i, j = runs_of(rows, row_bytes, gap)
+            parts.append((np.full(i.size, int(chunks[a]), np.int64), rows[i], rows[j - 1] + 1, j - i))
+        k, lo, hi, want = (np.concatenate([p[c] for p in parts]) if parts else np.zeros(0, np.int64)
+                           for c in range(4))
+        at = np.cumsum(hi - lo) - (hi - lo)  # each run's first row in x.npy
+        n = int((hi - lo).sum())
+        run_of_row = np.repeat(np.arange(lo.size), want)
+        np.save(tmp / "xpos.npy", at[run_of_row] + store_row - lo[run_of_row])
+        np.save(tmp / "xruns.npy", np.stack([k, lo, hi, at], axis=1).reshape(-1, 4))
+        if not n:  # no halo (one worker, or every chunk owned): an empty x.npy
+            np.save(tmp / "x.npy", np.empty((0, codec.columns), dtype=codec.dtype))
+            return
+        x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=codec.dtype, shape=(n, codec.columns))
+        held, todo = self._held(), np.ones(lo.size, dtype=bool)
+        for c in np.unique(k).tolist():
+            sel = np.flatnonzero(k == c)
+            todo[sel[held.take(c, lo[sel], hi[sel], x_out, at[sel])]] = False
+        out.reused += int(want[~todo].sum()) * row_bytes
+        todo = np.flatnonzero(todo)
+        size = (hi - lo)[todo] * row_bytes
+        if pace is not None:  # the rows are paced too (the index is small)
+            pace.settle(int(size.sum()))
+        slab_of = (np.cumsum(size) - size) // _RUNS_SLAB  # runs in slabs of about _RUNS_SLAB bytes
+        for s in np.unique(slab_of).tolist():
+            slab = todo[slab_of == s]
+            cs = np.unique(k[slab]).tolist()
+            of = [slab[k[slab] == c] for c in cs]
+            blocks = self.read_rows([(c, spans(lo[r], hi[r] - lo[r])) for c, r in zip(cs, of)], out)
+            out.hold(*blocks)
+            for r, block in zip(of, blocks):
+                x_out[spans(at[r], hi[r] - lo[r])] = block
+            out.drop(*blocks)
+            out.halo_rows += int(want[slab].sum()) * row_bytes
+            out.over_read += int((hi - lo - want)[slab].sum()) * row_bytes
+            if pace is not None:
+                pace.spend(int(size[slab_of == s].sum()))
+        x_out.flush()
+        del x_out
+
+    def _held(self) -> HeldRuns:
+        """The store rows this folder holds that this process wrote or checked: chunk copies, and
+        the runs of fetched halos."""
+        held = HeldRuns()
+        for k in range(self.num_chunks):
+            if chunk_dir(k) in self._checked and (self.folder / chunk_dir(k)).is_dir():
+                held.add_chunk(k, map_npy(self.folder / chunk_dir(k) / "x.npy"))
+        for name in sorted(n for n in self._checked if n.startswith("halo-")):
+            if (self.folder / name / "xruns.npy").is_file():
+                held.add_halo(self.folder / name)
+        return held
 
     def _read_all(self, k: int, name: str) -> np.ndarray:
         if self.remote is not None:
@@ -444,7 +495,8 @@ class LocalView:
                 h = self._halo
                 a, b = np.searchsorted(h["chunk"], [k, k + 1])
                 deg = np.asarray(h["deg"][a:b])
-                x = h["x"][a:b] if self.rows is None else HaloChunkRows(self.rows, int(a), int(b - a))
+                x = RunRows(h["x"], h["xpos"][a:b]) if self.rows is None else \
+                    HaloChunkRows(self.rows, int(a), int(b - a))
                 self._maps[k] = {"nodes": h["ids"][a:b], "x": rows_view(self.manifest, x),
                                  "indptr": np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)}
         return self._maps[k]

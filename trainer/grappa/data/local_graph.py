@@ -36,10 +36,11 @@ from grappa.data.store.chunk_store import ChunkStore
 # What a fetched round adds to its reads (prefetch.RoundFetcher.counts; zero when the round reads
 # the store directly): store bytes fetched for the round, of them fetched ahead (during the round
 # before), of them the halo's feature rows, and of those the rows fetched as the steps read them
-# (a mini-batch round's, halo_rows.py); and what the worker-local folder holds: all of it, of that
+# (a mini-batch round's, halo_rows.py); the halo's row bytes taken from the worker-local folder
+# instead of the store (data/held_runs.py, not in the first); and what that folder holds: all of it, of that
 # the next round's, and the peak bytes of the buffers the background fetch held (those two: or, if
 # more, what a fetch ahead held when it completed since the previous report; prefetch.RoundFetcher).
-FETCH_COUNTS = ("fetched", "fetched_ahead", "fetched_rows", "fetched_on_demand", "local_disk",
+FETCH_COUNTS = ("fetched", "fetched_ahead", "fetched_rows", "fetched_on_demand", "fetched_reused", "local_disk",
                 "prefetch_disk", "prefetch_memory")
 
 

@@ -14,7 +14,7 @@ round's local nodes and local edges (for bytes per local edge); the CRC-32 of it
 (replica.check_replicas); then the bytes read from the chunk store in the round so far, in the
 order of STORE_READS (LocalGraph.store_reads: the build's checksum reads and structure, owned and halo
 feature rows, each every read and distinct; then a fetched round's FETCH_COUNTS: the store bytes
-fetched for it, of them ahead, of them the halo's rows, of those fetched as read, the worker-local folder's bytes, of them the next round's, and the
+fetched for it, of them ahead, of them the halo's rows, of those fetched as read, the halo's rows taken from the worker-local folder instead, that folder's bytes, of them the next round's, and the
 background fetch's peak buffers); last, the worker's memory cgroup in the order of CGROUP_PEAKS
 (util/cgroup_memory.py: peak usage, peak working set, peak page cache; zeros without a cgroup).
 With a sharded optimizer each report is followed by the

@@ -28,6 +28,29 @@ PARALLEL = 8
 HEADER_PROBE = 256  # np.save's headers are 128 bytes for any array the store holds
 
 
+def runs_of(idx: np.ndarray, row_bytes: int, gap_bytes: int = GAP_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """The requests that read rows idx (ascending, distinct) of rows of `row_bytes`: arrays a, b,
+    idx[a:b] read in one range from idx[a] to idx[b - 1]; a new one where the gap between two rows
+    exceeds `gap_bytes` (0: where rows are not adjacent) or the range MAX_RANGE."""
+    gap_rows = max(1, gap_bytes // max(row_bytes, 1))
+    max_rows = max(1, MAX_RANGE // max(row_bytes, 1))
+    cut = np.flatnonzero(np.diff(idx) > gap_rows) + 1
+    a, b = np.r_[0, cut].astype(np.int64), np.r_[cut, idx.size].astype(np.int64)
+    if not idx.size:
+        return a[:0], b[:0]
+    long = np.flatnonzero(idx[b - 1] - idx[a] >= max_rows)
+    if not long.size:
+        return a, b
+    firsts = []
+    for r in long.tolist():  # split a run longer than MAX_RANGE
+        lo, end = int(a[r]), int(b[r])
+        while lo < end:
+            firsts.append(lo)
+            lo = min(end, max(int(np.searchsorted(idx, idx[lo] + max_rows, "left")), lo + 1))
+    a = np.union1d(a, np.asarray(firsts, dtype=np.int64))
+    return a, np.r_[a[1:], idx.size].astype(np.int64)
+
+
 class S3Source:
     def __init__(self, bucket: Bucket) -> None:
         self.bucket = bucket
@@ -94,15 +117,8 @@ class S3Source:
                 continue
             if idx[-1] >= shape[0] or idx[0] < 0:
                 raise ChunkStoreError(f"row {int(idx[-1])} is past {self.bucket.where}{rel}'s {shape[0]} rows")
-            # a new run where the gap exceeds GAP_BYTES or the run MAX_RANGE
-            gap_rows = max(1, GAP_BYTES // max(row, 1))
-            cut = np.flatnonzero(np.diff(idx) > gap_rows) + 1
-            for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, idx.size].tolist()):
-                while a < b:  # split a run longer than MAX_RANGE
-                    end = int(np.searchsorted(idx, idx[a] + max(1, MAX_RANGE // max(row, 1)), "left"))
-                    end = min(b, max(end, a + 1))
-                    runs.append((i, a, end))
-                    a = end
+            a, b = runs_of(idx, row)
+            runs += [(i, x, y) for x, y in zip(a.tolist(), b.tolist())]
 
         def fetch(run: tuple[int, int, int]) -> int:
             i, a, b = run

@@ -1,0 +1,95 @@
+"""Halo rows a worker already holds: a round takes them from its own folder, not from the store.
+
+A fetched round's halo keeps its feature rows as *runs*, the ranges of store rows its fetch read:
+from a bucket, rows at most GAP_BYTES apart are read in one request with the rows between them
+(s3/source.py's gap rule), and the run keeps those too; from a folder, rows are read exactly, and
+a run is adjacent rows. The halo folder holds the runs' rows in x.npy, their ranges in xruns.npy
+(chunk, first row, end row, position in x.npy) and each halo row's position in x.npy (xpos.npy).
+
+Rounds' halos overlap: the base chunks' in-neighbours are in every one, and the chunk a worker
+held the round before is in its folder whole. So a fetch takes a run from the folder when a halo
+kept there (or a chunk copy) holds all of its rows, and reads the others from the store. Where a
+halo reaches a large share of a chunk's rows, its runs from a bucket cover the whole chunk, and
+the next round's rows of that chunk come from the folder though they are other rows.
+
+Bounded as the folder is (two rounds' data): a round's runs are what its fetch would read from
+the store, gaps included; they replace the bare rows, never add to them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from grappa.util.npy import map_npy
+
+RUN_FILES = ("x.npy", "xpos.npy", "xruns.npy")  # a halo folder's rows, beside its index files
+_BATCH_BYTES = 1 << 25
+
+
+def spans(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """first[i], first[i] + 1, .., first[i] + lengths[i] - 1 for every i, one after another."""
+    starts = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(first, dtype=np.int64) - starts, lengths) + np.arange(int(lengths.sum()))
+
+
+class HeldRuns:
+    """Store rows of each chunk held in a worker's folder: whole chunk copies and halos' runs."""
+
+    def __init__(self) -> None:
+        # chunk -> sources: (first rows, end rows, rows array, each first row's position in it),
+        # each source's ranges disjoint and ascending
+        self._sources: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+    def add_chunk(self, k: int, x: np.ndarray) -> None:
+        """Chunk k's x.npy copied whole."""
+        zero = np.zeros(1, np.int64)
+        self._sources.setdefault(k, []).append((zero, np.full(1, x.shape[0], np.int64), x, zero))
+
+    def add_halo(self, folder: Path) -> None:
+        """A halo folder's runs (RUN_FILES), in (chunk, row) order; runs that continue one another,
+        in the store and in x.npy (a long one split), are joined."""
+        runs = np.load(folder / "xruns.npy")
+        x = map_npy(folder / "x.npy")
+        for k in np.unique(runs[:, 0]).tolist():
+            first, end, at = (runs[runs[:, 0] == k, c] for c in (1, 2, 3))
+            joined = np.r_[False, (first[1:] == end[:-1]) & (at[1:] == at[:-1] + end[:-1] - first[:-1])]
+            keep = ~joined
+            last = np.r_[np.flatnonzero(keep)[1:], first.size] - 1  # each joined range's last run
+            self._sources.setdefault(int(k), []).append((first[keep], end[last], x, at[keep]))
+
+    def take(self, k: int, lo: np.ndarray, hi: np.ndarray, out: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Copy rows lo[i]..hi[i] of chunk k into out[at[i]:], for every run i one source holds
+        whole; returns which runs were copied (bool)."""
+        done = np.zeros(lo.size, dtype=bool)
+        for first, end, x, pos in self._sources.get(k, ()):
+            left = np.flatnonzero(~done)
+            i = np.searchsorted(first, lo[left], "right") - 1
+            ok = (i >= 0) & (end[np.maximum(i, 0)] >= hi[left])
+            sel, i = left[ok], i[ok]
+            n = hi[sel] - lo[sel]
+            batch = (np.cumsum(n) - n) * x.strides[0] // _BATCH_BYTES  # rows copied at once, bounded
+            for b in np.unique(batch).tolist():
+                m = batch == b
+                out[spans(at[sel[m]], n[m])] = x[spans(pos[i[m]] + lo[sel[m]] - first[i[m]], n[m])]
+            done[sel] = True
+        return done
+
+
+class RunRows:
+    """A halo chunk's rows in a halo folder's x.npy, indexed like that chunk's x.npy rows in
+    local_copy.LocalView (row j of the chunk's halo rows is x[pos[j]]): what FeatureRows reads."""
+
+    def __init__(self, x: np.ndarray, pos: np.ndarray) -> None:
+        self.x, self.pos = x, pos
+        self.dtype = x.dtype
+        self.shape = (pos.shape[0], *x.shape[1:])
+        self.strides = x.strides
+        self.nbytes = pos.shape[0] * x.strides[0]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, idx) -> np.ndarray:
+        return self.x[np.asarray(self.pos[idx])]
