@@ -112,6 +112,7 @@ def round_bytes(rec: dict) -> dict:
     per_worker = [b for r in rounds for b in r["worker_bytes"].get("fetched", [])]
     rows = [b for r in rounds for b in r["worker_bytes"].get("fetched_rows", [])]
     as_read = [b for r in rounds for b in r["worker_bytes"].get("fetched_on_demand", [])]
+    reused = [b for r in rounds for b in r["worker_bytes"].get("fetched_reused", [])]  # none in older jobs
     held = (rec.get("store_reads") or {}).get("peak_held_bytes") or {}
     return {"link_per_round": [link[k] for k in sorted(link)],
             "link_mean": statistics.mean(link.values()) if link else None,
@@ -120,6 +121,7 @@ def round_bytes(rec: dict) -> dict:
             "per_worker_mean": statistics.mean(per_worker) if per_worker else None,
             "rows_per_worker_mean": statistics.mean(rows) if rows else None,
             "as_read_share": sum(as_read) / sum(rows) if rows and sum(rows) else None,
+            "reused_per_worker_mean": statistics.mean(reused) if reused else None,
             "prefetch_memory_peak": max(held.get("prefetch_memory") or [0]) or None,
             "local_disk_peak": max(held.get("local_disk") or [0]) or None}
 
@@ -152,7 +154,8 @@ def cell_rows(runs: dict) -> list[dict]:
         row["boundaries"] = med(f["boundaries"] for f in gf)
         row["distdgl_mean"] = med(f["mean"] for f in df)
         row["ratio"] = row["distdgl_mean"] / row["mean"] if row["mean"] and row["distdgl_mean"] else None
-        for name in ("link_mean", "fetched_mean", "per_worker_mean", "rows_per_worker_mean", "as_read_share",
+        for name in ("link_mean", "fetched_mean", "per_worker_mean", "rows_per_worker_mean",
+                     "reused_per_worker_mean", "as_read_share",
                      "ahead_share", "prefetch_memory_peak", "local_disk_peak"):
             row[name] = med(b[name] for b in rb)
         for who, recs in (("grappa", g), ("distdgl", d)):
@@ -228,15 +231,16 @@ def main_table(rows: list[dict]) -> list[str]:
 
 def store_table(rows: list[dict]) -> list[str]:
     md = ["| cell | storage link MB per round | workers' fetched MB per round (all) | per worker per round MB | "
-          "of it halo feature rows MB | rows fetched as read | fetched ahead | peak prefetch buffers MB | "
-          "peak local folder MB | storage link MB after training |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "of it halo feature rows MB | halo rows from the folder MB | rows fetched as read | fetched ahead | "
+          "peak prefetch buffers MB | peak local folder MB | storage link MB after training |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["grappa"]:
             continue
         ahead, as_read = ("–" if r[k] is None else f"{100 * r[k]:.0f}%" for k in ("ahead_share", "as_read_share"))
         md.append(f"| {label(r)} ({r['store']}) | {mb(r['link_mean'])} | {mb(r['fetched_mean'])} | "
-                  f"{mb(r['per_worker_mean'])} | {mb(r['rows_per_worker_mean'])} | {as_read} | {ahead} | "
+                  f"{mb(r['per_worker_mean'])} | {mb(r['rows_per_worker_mean'])} | "
+                  f"{mb(r['reused_per_worker_mean'])} | {as_read} | {ahead} | "
                   f"{mb(r['prefetch_memory_peak'])} | "
                   f"{mb(r['local_disk_peak'])} | {mb(r['after_storage'])} |")
     return md
@@ -464,6 +468,9 @@ def render(runs: dict, out: Path) -> Path:
            "`store_reads`), summed over workers, mean over rounds; per worker: the mean over workers and rounds; "
            "of it the halo's feature rows (per worker per round), and the share of those fetched as the steps "
            "first read them (a mini-batch round's: the rest of its data comes at its start or ahead); "
+           "halo rows from the folder (per worker per round, not in what was fetched): those the worker's folder "
+           "held from the round before, the runs its last halo was read in and its last chunk copies, taken "
+           "from there instead of the store (– for jobs from before it was counted); "
            "fetched ahead: the share fetched during the round before. Peak buffers and folder: the largest worker's.",
            ""]
     md += store_table(rows)

@@ -92,6 +92,11 @@ def test_store_bytes_per_round(mods):
     assert b["per_worker_mean"] == pytest.approx(16e6 / 6)
     assert b["ahead_share"] == pytest.approx(7e6 / 16e6)
     assert b["prefetch_memory_peak"] == 3e6 and b["local_disk_peak"] == 9e6
+    assert b["reused_per_worker_mean"] is None  # a job from before the folder's rows were counted
+    rec = grappa_rec(ps, [9.0, 1.0, 1.0, 1.2, 1.0], [5.0, 0.0, 0.6, 0.0, 0.4])
+    for k, r in enumerate(rec["store_reads"]["rounds"]):
+        r["worker_bytes"]["fetched_reused"] = [0, 0] if k == 0 else [3e6, 5e6]
+    assert rs.round_bytes(rec)["reused_per_worker_mean"] == pytest.approx(16e6 / 6)  # round 0's zeros too
 
 
 def test_keys_are_apart_from_peer_runs_and_parse_back(mods):

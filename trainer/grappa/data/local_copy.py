@@ -305,10 +305,13 @@ class LocalCopy:
         at = np.cumsum(hi - lo) - (hi - lo)  # each run's first row in x.npy
         n = int((hi - lo).sum())
         run_of_row = np.repeat(np.arange(lo.size), want)
+        out.hold(run_of_row, k, lo, hi, want, at)
         np.save(tmp / "xpos.npy", at[run_of_row] + store_row - lo[run_of_row])
+        out.drop(run_of_row)
         np.save(tmp / "xruns.npy", np.stack([k, lo, hi, at], axis=1).reshape(-1, 4))
         if not n:  # no halo (one worker, or every chunk owned): an empty x.npy
             np.save(tmp / "x.npy", np.empty((0, codec.columns), dtype=codec.dtype))
+            out.drop(k, lo, hi, want, at)
             return
         x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=codec.dtype, shape=(n, codec.columns))
         held, todo = self._held(), np.ones(lo.size, dtype=bool)
@@ -336,6 +339,7 @@ class LocalCopy:
                 pace.spend(int(size[slab_of == s].sum()))
         x_out.flush()
         del x_out
+        out.drop(k, lo, hi, want, at)
 
     def _held(self) -> HeldRuns:
         """The store rows this folder holds that this process wrote or checked: chunk copies, and
@@ -344,7 +348,7 @@ class LocalCopy:
         for k in range(self.num_chunks):
             if chunk_dir(k) in self._checked and (self.folder / chunk_dir(k)).is_dir():
                 held.add_chunk(k, map_npy(self.folder / chunk_dir(k) / "x.npy"))
-        for name in sorted(n for n in self._checked if n.startswith("halo-")):
+        for name in sorted(n for n in list(self._checked) if n.startswith("halo-")):
             if (self.folder / name / "xruns.npy").is_file():
                 held.add_halo(self.folder / name)
         return held
