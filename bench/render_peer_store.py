@@ -231,7 +231,7 @@ def main_table(rows: list[dict]) -> list[str]:
 
 def store_table(rows: list[dict]) -> list[str]:
     md = ["| cell | storage link MB per round | workers' fetched MB per round (all) | per worker per round MB | "
-          "of it halo feature rows MB | halo rows from the folder MB | rows fetched as read | fetched ahead | "
+          "of it halo feature rows MB | from the folder MB | rows fetched as read | fetched ahead | "
           "peak prefetch buffers MB | peak local folder MB | storage link MB after training |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -468,9 +468,11 @@ def render(runs: dict, out: Path) -> Path:
            "`store_reads`), summed over workers, mean over rounds; per worker: the mean over workers and rounds; "
            "of it the halo's feature rows (per worker per round), and the share of those fetched as the steps "
            "first read them (a mini-batch round's: the rest of its data comes at its start or ahead); "
-           "halo rows from the folder (per worker per round, not in what was fetched): those the worker's folder "
-           "held from the round before, the runs its last halo was read in and its last chunk copies, taken "
-           "from there instead of the store (– for jobs from before it was counted); "
+           "from the folder (per worker per round, not in what was fetched): the store bytes the worker's folder "
+           "held from the rounds before, taken from there instead of the store: halo rows (the runs its last halo "
+           "was read in, its last chunk copies), and, in jobs from the code that keeps them, the chunks' index "
+           "files and a new variable chunk's feature rows its last halo held (halo rows only in jobs run on "
+           "4f62d5c or d8a0670; – for jobs from before it was counted); "
            "fetched ahead: the share fetched during the round before. Peak buffers and folder: the largest worker's.",
            ""]
     md += store_table(rows)

@@ -25,7 +25,7 @@ import grappa
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
 from grappa.data.halo_rows import rows_as_read
-from grappa.data.local_copy import HALO_FILES, Fetched, LocalCopy, halo_key, rows_key
+from grappa.data.local_copy import HALO_FILES, MIN_HELD, Fetched, LocalCopy, halo_key, index_dir, rows_key
 from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
 from grappa.data.prefetch import RoundFetcher
 from grappa.data.store.assign import base_chunks
@@ -57,17 +57,34 @@ class StoreArrays:
         sources = np.unique(np.concatenate([self.file(k, "indices.npy") for k in owned]).astype(np.int64))
         return sources[~np.isin(self.chunk_of[sources], owned)]
 
+    def index_bytes(self, chunks) -> int:
+        return sum(self.file(k, name).nbytes for k in chunks for name in ("nodes.npy", "indptr.npy"))
+
+    def halo_chunks(self, owned) -> list[int]:
+        return np.unique(self.chunk_of[self.halo(owned)]).tolist()
+
     def halo_bytes(self, owned) -> tuple[int, int]:
-        """(index, rows): per chunk the halo reaches its nodes array and the indptr entries at r and
-        r + 1 of each halo row r, each once; the halo's feature rows."""
+        """(index, rows): the nodes and indptr arrays of each chunk the halo reaches, whole; the
+        halo's feature rows."""
         halo = self.halo(owned)
-        index = rows_bytes = 0
-        for k in np.unique(self.chunk_of[halo]):
-            nodes = self.file(k, "nodes.npy")
-            rows = np.searchsorted(nodes, halo[self.chunk_of[halo] == k])
-            index += nodes.nbytes + np.unique(np.r_[rows, rows + 1]).size * self.file(k, "indptr.npy").itemsize
+        rows_bytes = 0
+        for k in self.halo_chunks(owned):
+            rows = np.searchsorted(self.file(k, "nodes.npy"), halo[self.chunk_of[halo] == k])
             rows_bytes += self.file(k, "x.npy")[rows].nbytes
-        return index, rows_bytes
+        return self.index_bytes(self.halo_chunks(owned)), rows_bytes
+
+    def held_x_bytes(self, before, k) -> int:
+        """The bytes of chunk k's feature rows that the halo of `before` fetched from a folder store
+        holds (its runs are its rows exactly), if MIN_HELD of the chunk's rows at least, else 0."""
+        halo = self.halo(before)
+        x = self.file(k, "x.npy")
+        n = int((self.chunk_of[halo] == k).sum())
+        return n * x[0].nbytes if n >= MIN_HELD * x.shape[0] else 0
+
+    def next_chunk_read(self, before, k) -> int:
+        """What a fetch reads of chunk k's files after the round `before` (chunk k in its halo):
+        its index is kept in the folder, its rows that halo held taken from it."""
+        return self.chunk_bytes([k]) - self.index_bytes([k]) - self.held_x_bytes(before, k)
 
 
 @pytest.fixture(scope="module")
@@ -113,11 +130,19 @@ def test_fetch_counts_what_the_store_holds_for_what_it_fetched(prepared, tmp_pat
         ip = arrays.file(k, "indptr.npy")
         assert np.load(h / "deg.npy")[i] == ip[r + 1] - ip[r]
     # the next round: the base chunks are there, only the new variable chunk and its halo come,
-    # the halo's rows this folder holds (the last halo's, the last variable chunk's) from it
+    # the halo's rows this folder holds (the last halo's, the last variable chunk's) from it, and
+    # what the folder holds of the new chunk: its index (kept from the last halo), the rows of it
+    # the last halo held (most of them: its x.npy assembled, checked by its sha256)
     nxt = copy.fetch(base + [var2])
     index2, rows2 = arrays.halo_bytes(base + [var2])
-    assert (nxt.chunk_files, nxt.halo_index) == (arrays.chunk_bytes([var2]), index2)
+    assert arrays.held_x_bytes(base + [var], var2) > 0
+    assert (nxt.chunk_files, nxt.halo_index) == (arrays.next_chunk_read(base + [var], var2), 0)
+    assert nxt.reused_files == arrays.chunk_bytes([var2]) - nxt.chunk_files + index2
     assert nxt.halo_rows + nxt.reused == rows2 and nxt.reused > 0
+    for name in CHUNK_FILES:
+        np.testing.assert_array_equal(np.load(tmp_path / "local" / chunk_dir(var2) / name), arrays.file(var2, name))
+    assert {p.name for p in (tmp_path / "local").iterdir() if p.name.startswith("index-")} == \
+        {index_dir(k) for k in set(arrays.halo_chunks(base + [var])) | set(arrays.halo_chunks(base + [var2]))}
     assert copy.fetch(base + [var]).total == 0  # already local: nothing read again
 
 
@@ -139,6 +164,29 @@ def test_halo_rows_taken_from_the_folder_are_the_stores(prepared, tmp_path):
     index2, rows2 = arrays.halo_bytes(base + [var2])
     assert third.halo_rows + third.reused == rows2 and 0 < third.reused < nxt.reused
     assert_same_graph(direct, build_local_graph(again.view(base + [var2]), base, var2))
+
+
+def test_a_chunk_assembled_from_rows_that_are_not_the_stores_is_copied_from_the_store(prepared, tmp_path, caplog):
+    """The new variable chunk's x.npy is checked whole against the manifest's sha256: rows the
+    folder held that differ from the store's are never used for it."""
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    copy = LocalCopy(cfg.store_path, tmp_path / "local")
+    copy.fetch(base + [var])
+    halo = tmp_path / "local" / halo_key(base + [var])
+    runs = np.load(halo / "xruns.npy")
+    at = int(runs[runs[:, 0] == var2][0, 3])  # the first run of var2's rows the halo holds
+    x = np.load(halo / "x.npy", mmap_mode="r+")
+    x[at] = x[at] + 1
+    x.flush()
+    del x
+    with caplog.at_level(logging.WARNING, logger="grappa.data.local_copy"):
+        nxt = copy.fetch(base + [var2])
+    assert f"chunk {var2}'s x.npy assembled from the rows held differs" in caplog.text
+    # the rows it lacked read, then the whole file; the rows held not counted as taken from the folder
+    assert nxt.chunk_files == arrays.next_chunk_read(base + [var], var2) + arrays.file(var2, "x.npy").nbytes
+    assert nxt.reused_files == arrays.index_bytes([var2]) + arrays.halo_bytes(base + [var2])[0]
+    np.testing.assert_array_equal(np.load(tmp_path / "local" / chunk_dir(var2) / "x.npy"), arrays.file(var2, "x.npy"))
 
 
 def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
@@ -189,9 +237,11 @@ def test_an_as_read_round_fetches_the_halo_structure_then_each_row_when_first_re
     again = LocalCopy(cfg.store_path, tmp_path / "local", rows="as-read")
     assert not (tmp_path / "local" / rows_key(owned)).exists()
     assert again.fetch(owned).total == 0
-    # a halo fetched for the other mode is not taken for this one's: fetched again
+    # a halo fetched for the other mode is not taken for this one's: fetched again (the chunks'
+    # index kept, checked)
     whole = LocalCopy(cfg.store_path, tmp_path / "local").fetch(owned)
-    assert (whole.chunk_files, whole.halo_index, whole.halo_rows) == (0, index, rows_bytes)
+    assert (whole.chunk_files, whole.halo_index, whole.halo_rows) == (0, 0, rows_bytes)
+    assert whole.reused_files == index
 
 
 def test_warming_fetches_the_halo_rows_named_once_and_ignores_the_rest(prepared, tmp_path):
@@ -235,7 +285,15 @@ def test_auto_halo_rows_come_as_read_when_wide_and_whole_when_narrow():
 
 
 def folder_bytes(*dirs: Path) -> int:
-    return sum(f.stat().st_size for d in dirs for f in d.rglob("*") if f.is_file())
+    """The files' bytes, a file linked twice (a chunk copy's index) once."""
+    files = {(st.st_dev, st.st_ino): st.st_size for d in dirs for f in d.rglob("*") if f.is_file()
+             for st in [f.stat()]}
+    return sum(files.values())
+
+
+def round_entries(local: Path) -> set[str]:
+    """The folder's entries but the chunks' index, kept for the job."""
+    return {p.name for p in local.iterdir() if not p.name.startswith("index-")}
 
 
 def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fetches_on_demand(prepared, tmp_path):
@@ -257,20 +315,21 @@ def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fet
     second = fetcher.counts()
     index2, rows2 = arrays.halo_bytes(base + [var2])  # its halo's rows: from the store, or held here
     assert second["fetched"] == second["fetched_ahead"] == \
-        arrays.chunk_bytes([var2]) + index2 + second["fetched_rows"]
-    assert second["fetched_rows"] + second["fetched_reused"] == rows2 and second["fetched_reused"] > 0
+        arrays.next_chunk_read(base + [var], var2) + second["fetched_rows"]
+    assert second["fetched"] + second["fetched_reused"] == arrays.chunk_bytes([var2]) + index2 + rows2
+    assert second["fetched_rows"] < rows2
     assert second["prefetch_disk"] == second["prefetch_memory"] == 0  # nothing fetched ahead since `held`
-    assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var2]} | {halo_key(base + [var2])}
+    assert round_entries(local) == {chunk_dir(k) for k in base + [var2]} | {halo_key(base + [var2])}
     fetcher.ahead(base + [var3])
     fetcher.close()
     var3_bytes = folder_bytes(local / chunk_dir(var3), local / halo_key(base + [var3]))
     fetcher.take(base + [var])  # not the round fetched ahead: fetched now, the other evicted
     third = fetcher.counts()
     index, rows = arrays.halo_bytes(base + [var])  # the halo's rows: from the store, or held here
-    assert third["fetched"] == arrays.chunk_bytes([var]) + index + third["fetched_rows"]
-    assert third["fetched_rows"] + third["fetched_reused"] == rows
+    assert third["fetched"] + third["fetched_reused"] == arrays.chunk_bytes([var]) + index + rows
+    assert third["fetched"] <= arrays.chunk_bytes([var]) - arrays.index_bytes([var]) + third["fetched_rows"]
     assert third["fetched_ahead"] == 0
-    assert {p.name for p in local.iterdir()} == {chunk_dir(k) for k in base + [var]} | {halo_key(base + [var])}
+    assert round_entries(local) == {chunk_dir(k) for k in base + [var]} | {halo_key(base + [var])}
     # the fetch ahead completed, and was evicted, with no report in between: the next report has
     # what it held when it completed; the one after it, nothing (no fetch ahead since)
     assert third["prefetch_disk"] == var3_bytes > 0 and third["prefetch_memory"] > 0
@@ -290,8 +349,8 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     deadline = time.monotonic() + 60
     while pace.done == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    # the chunk's files, and the next halo's rows expected as many as this round's
-    assert pace.total == arrays.chunk_bytes([var2]) + arrays.halo_bytes(base + [var])[1]
+    # what is read of the chunk's files, and the next halo's rows expected as many as this round's
+    assert pace.total == arrays.next_chunk_read(base + [var], var2) + arrays.halo_bytes(base + [var])[1]
     assert 0 < pace.done < pace.total and pace.due() > 0  # the first block came, the rest waits
     fetcher.ahead(base + [var2], seconds=7200.0)  # budgeted anew, not fetched twice
     assert fetcher._pace is pace and pace.deadline > pace.t_ref + 7000
@@ -301,11 +360,10 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     t.join(120)  # the round starts: the rest at once, not in two hours
     assert not t.is_alive() and pace.waited > 0
     got = fetcher._round  # the halo's rows paced: those read from the store, not those held here
-    assert pace.done == pace.total == arrays.chunk_bytes([var2]) + got.halo_rows
+    assert pace.done == pace.total == arrays.next_chunk_read(base + [var], var2) + got.halo_rows
     assert got.halo_rows + got.reused == arrays.halo_bytes(base + [var2])[1]
     got = fetcher.counts()
-    assert got["fetched"] == got["fetched_ahead"] == arrays.chunk_bytes([var2]) + \
-        arrays.halo_bytes(base + [var2])[0] + got["fetched_rows"]
+    assert got["fetched"] == got["fetched_ahead"] == arrays.next_chunk_read(base + [var], var2) + got["fetched_rows"]
     assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
                       build_local_graph(taken["view"], base, var2))
     fetcher.close(remove=True)
@@ -533,10 +591,15 @@ def test_a_worker_killed_mid_fetch_resumes_and_uses_nothing_half_fetched(prepare
     x.write_bytes(bytes(raw))
     halo_x = folder / halo_key(owned) / "x.npy"
     halo_x.write_bytes(halo_x.read_bytes()[:-4])
+    index = folder / index_dir(arrays.halo_chunks(owned)[0]) / "nodes.npy"  # and a chunk's index
+    index.write_bytes(index.read_bytes()[:-8])
     again = LocalCopy(cfg.store_path, folder).fetch(owned)
     assert again.chunk_files == arrays.chunk_bytes([first])
-    assert (again.halo_index, again.halo_rows) == arrays.halo_bytes(owned)
+    assert (again.halo_index, again.halo_rows) == \
+        (arrays.index_bytes(arrays.halo_chunks(owned)[:1]), arrays.halo_bytes(owned)[1])
+    assert again.reused_files == arrays.index_bytes(arrays.halo_chunks(owned)[1:])  # the others checked, kept
     np.testing.assert_array_equal(np.load(x), arrays.file(first, "x.npy"))
+    np.testing.assert_array_equal(np.load(index), arrays.file(arrays.halo_chunks(owned)[0], "nodes.npy"))
 
 
 def test_a_halo_record_missing_a_file_is_not_trusted_the_halo_fetched_again(prepared, tmp_path):
@@ -554,8 +617,8 @@ def test_a_halo_record_missing_a_file_is_not_trusted_the_halo_fetched_again(prep
     size = x.stat().st_size
     x.write_bytes(x.read_bytes()[:-4])
     again = LocalCopy(cfg.store_path, folder).fetch(owned)  # a resumed worker: checks what it finds
-    assert again.chunk_files == 0  # the chunks' copies are intact
-    assert (again.halo_index, again.halo_rows) == arrays.halo_bytes(owned)
+    assert again.chunk_files == again.halo_index == 0  # the chunks' copies and index are intact
+    assert again.halo_rows == arrays.halo_bytes(owned)[1]
     assert x.stat().st_size == size
     assert set(json.loads((halo / "fetched.json").read_text())["files"]) == set(HALO_FILES)
 

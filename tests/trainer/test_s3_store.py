@@ -125,13 +125,14 @@ def test_a_fetch_from_the_bucket_reads_what_the_folders_does_and_builds_the_same
     index, rows = arrays.halo_bytes(base + [var])
     assert (got.chunk_files, got.halo_index, got.halo_rows) == (arrays.chunk_bytes(base + [var]), index, rows)
     # what crossed the link besides: the manifest (open_store), each file's header, probed once,
-    # and the owned files' own, copied whole with them (the gaps read between rows: got.total)
-    halo_chunks = set(arrays.chunk_of[arrays.halo(base + [var])].tolist())
-    probed = [(k, f) for k in base + [var] for f in CHUNK_FILES] + \
-        [(k, f) for k in halo_chunks for f in ("nodes.npy", "indptr.npy", "x.npy")]
+    # and the headers of the files copied whole (the owned chunks', the halo chunks' index) with
+    # them (the gaps read between rows: got.total)
+    halo_chunks = arrays.halo_chunks(base + [var])
+    copied = [(k, f) for k in base + [var] for f in CHUNK_FILES] + \
+        [(k, f) for k in halo_chunks for f in ("nodes.npy", "indptr.npy")]
+    probed = copied + [(k, "x.npy") for k in halo_chunks]
     probes = sum(min(HEADER_PROBE, (cfg.store_path / chunk_dir(k) / f).stat().st_size) for k, f in probed)
-    copied_headers = sum(np.load(cfg.store_path / chunk_dir(k) / f, mmap_mode="r").offset
-                         for k in base + [var] for f in CHUNK_FILES)
+    copied_headers = sum(np.load(cfg.store_path / chunk_dir(k) / f, mmap_mode="r").offset for k, f in copied)
     manifest = (cfg.store_path / MANIFEST).stat().st_size
     assert bucket.bytes_received - got.total == manifest + probes + copied_headers
     assert rows > 0 and got.over_read < rows
@@ -140,7 +141,12 @@ def test_a_fetch_from_the_bucket_reads_what_the_folders_does_and_builds_the_same
     assert_same_graph(direct, build_local_graph(copy.view(base + [var]), base, var))
     received = bucket.bytes_received
     nxt = copy.fetch(base + [var2])  # the base chunks are local: only the new chunk and its halo
-    assert nxt.chunk_files == arrays.chunk_bytes([var2])
+    # the new chunk's index kept from the last halo, most of its rows in that halo's runs: the
+    # rest of its files read, every chunk's index held
+    assert nxt.halo_index == 0 and 0 < nxt.chunk_files <= arrays.next_chunk_read(base + [var], var2)
+    assert nxt.reused_files == arrays.chunk_bytes([var2]) - nxt.chunk_files + arrays.halo_bytes(base + [var2])[0]
+    for name in CHUNK_FILES:
+        np.testing.assert_array_equal(np.load(tmp_path / "local" / chunk_dir(var2) / name), arrays.file(var2, name))
     assert bucket.bytes_received - received >= nxt.total
     # the halo's rows the last round's runs and chunk copies hold come from the folder, not the bucket
     assert nxt.reused > 0 and nxt.halo_rows + nxt.reused == arrays.halo_bytes(base + [var2])[1]

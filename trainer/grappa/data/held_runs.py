@@ -12,6 +12,10 @@ kept there (or a chunk copy) holds all of its rows, and reads the others from th
 halo reaches a large share of a chunk's rows, its runs from a bucket cover the whole chunk, and
 the next round's rows of that chunk come from the folder though they are other rows.
 
+The same runs assemble a chunk's x.npy when it becomes the worker's variable chunk: it was in the
+last round's halo, so the runs held cover most of its rows (`mask`, `fill`), and only the rest is
+read from the store (local_copy.py checks the whole file against the manifest's sha256).
+
 Bounded as the folder is (two rounds' data): a round's runs are what its fetch would read from
 the store, gaps included; they replace the bare rows, never add to them.
 """
@@ -26,6 +30,7 @@ from grappa.util.npy import map_npy
 
 RUN_FILES = ("x.npy", "xpos.npy", "xruns.npy")  # a halo folder's rows, beside its index files
 _BATCH_BYTES = 1 << 25
+_SLICE_BYTES = 1 << 20  # a run this long is copied as a slice, not by its row numbers
 
 
 def spans(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -58,6 +63,28 @@ class HeldRuns:
             keep = ~joined
             last = np.r_[np.flatnonzero(keep)[1:], first.size] - 1  # each joined range's last run
             self._sources.setdefault(int(k), []).append((first[keep], end[last], x, at[keep]))
+
+    def mask(self, k: int, n: int) -> np.ndarray:
+        """Which of chunk k's n rows the folder holds (bool [n])."""
+        held = np.zeros(n, dtype=bool)
+        for first, end, _, _ in self._sources.get(k, ()):
+            held[spans(first, end - first)] = True
+        return held
+
+    def fill(self, k: int, out: np.ndarray) -> None:
+        """Copy every row of chunk k the folder holds into out (the chunk's rows, out[r] = row r)."""
+        for first, end, x, pos in self._sources.get(k, ()):
+            n = end - first
+            long = n * x.strides[0] >= _SLICE_BYTES  # copied as slices, a few at most per slab
+            for f, e, p in zip(first[long].tolist(), end[long].tolist(), pos[long].tolist()):
+                for a in range(f, e, max(1, _BATCH_BYTES // x.strides[0])):
+                    b = min(e, a + max(1, _BATCH_BYTES // x.strides[0]))
+                    out[a:b] = x[p + a - f:p + b - f]
+            first, n, pos = first[~long], n[~long], pos[~long]
+            batch = (np.cumsum(n) - n) * x.strides[0] // _BATCH_BYTES  # rows copied at once, bounded
+            for b in np.unique(batch).tolist():
+                m = batch == b
+                out[spans(first[m], n[m])] = x[spans(pos[m], n[m])]
 
     def take(self, k: int, lo: np.ndarray, hi: np.ndarray, out: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Copy rows lo[i]..hi[i] of chunk k into out[at[i]:], for every run i one source holds

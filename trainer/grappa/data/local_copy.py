@@ -9,16 +9,21 @@ mini-batch round (rows="as-read") reads a small part of its halo's rows, so its 
 halo's structure only and each row comes when a step first reads it (data/halo_rows.py).
 
 Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
-    chunk_files = sum over the chunk files copied whole of their data bytes (manifest data_bytes)
-    halo_index  = per chunk the halo reaches: its nodes array (read whole to find the rows) and its
-                  indptr entries at r and r + 1 for each halo row r (each entry once)
+    chunk_files = sum over the chunk files copied of their data bytes (manifest data_bytes), but
+                  those the folder held (below)
+    halo_index  = per chunk the halo reaches whose index the folder lacks: its nodes and indptr
+                  arrays, read whole (the rows are searched) and kept for the job (`index-<k>`)
     halo_rows   = halo rows read from the store x row bytes (a stored row: store/feature_codec.py);
                   with rows="as-read", the rows the steps read, each once a round (`on_demand` too)
     over_read   = a store in a bucket (storage.s3, data/s3/source.py) only: bytes between rows
                   read in the same ranged request
 A chunk already copied is not read again: base chunks are fetched once per job. Halo rows the
 folder already holds (a chunk copy, the runs of a halo fetched before) are taken from it, not
-read again: `reused` counts their bytes, which are not in the total (data/held_runs.py). From a
+read again: `reused` counts their bytes, which are not in the total (data/held_runs.py). So are a
+chunk's index files, kept once read (or linked from its copy), and the rows of a new variable
+chunk's x.npy that the last halo's runs hold, when they are at least MIN_HELD of them: the rest
+of its rows is read from the store, and the whole file checked against the manifest's sha256
+(`reused_files` counts what the folder gave, not in the total). From a
 bucket the same files and rows are read by GETs (a file whole, rows and entries in ranges); the
 bucket's manifest is the local mirror's (storeDir).
 
@@ -42,12 +47,15 @@ Folder layout:
     halo-<key>/xpos.npy      int64 [h] the row in x.npy of each halo node's
     halo-<key>/xruns.npy     int64 [runs, 4] (chunk, first row, end row, its first row in x.npy)
     halo-<key>/fetched.json  what the folder was fetched for and each file's size and sha256
+    index-<k>/nodes.npy      chunk k's nodes and indptr, whole, kept for the job (16 bytes a node
+    index-<k>/indptr.npy     at most, all chunks together): hard links to its copy's if it has one
     rows-<key>/x.bin         rows="as-read": the halo rows the round's steps read so far (halo_rows.py)
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -67,9 +75,13 @@ from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_ma
 from grappa.util.files import sha256_of
 from grappa.util.npy import map_npy
 
+log = logging.getLogger("grappa.data.local_copy")
 _BLOCK = 1 << 22      # bytes per read when copying a file
 _RUNS_SLAB = 1 << 25  # bytes of a halo's runs read from the store at once (their requests together)
 _TMP = ".tmp-"
+_INDEX = "index-"
+INDEX_CHUNK_FILES = ("nodes.npy", "indptr.npy")  # what a halo reads of a chunk's structure
+MIN_HELD = 0.25  # a variable chunk's x.npy assembled from the runs held when they hold this share of rows
 INDEX_FILES = ("ids.npy", "chunk.npy", "deg.npy", "row.npy")
 HALO_FILES = INDEX_FILES + RUN_FILES
 ROW_MODES = ("all", "as-read")  # a halo's rows fetched with it, or as the steps read them
@@ -87,6 +99,7 @@ class Fetched:
     over_read: int = 0
     on_demand: int = 0  # of halo_rows, those fetched as the steps read them (rows="as-read")
     reused: int = 0     # halo rows' bytes taken from the folder instead (not in total)
+    reused_files: int = 0  # chunk files' and halo index bytes taken from the folder (not in total)
     memory_peak: int = 0
     memory_now: int = 0
 
@@ -108,6 +121,11 @@ class Fetched:
 def halo_key(owned: Sequence[int]) -> str:
     """The halo folder's name: one per owned set, the same in every process."""
     return "halo-" + hashlib.sha256(",".join(map(str, sorted(owned))).encode()).hexdigest()[:16]
+
+
+def index_dir(k: int) -> str:
+    """The folder entry keeping chunk k's INDEX_CHUNK_FILES for the job."""
+    return f"{_INDEX}{k}"
 
 
 def rows_key(owned: Sequence[int]) -> str:
@@ -148,7 +166,7 @@ class LocalCopy:
         """Chunk k's store file as a memory map, its dtype, shape and size as the manifest says."""
         path = self.store / chunk_dir(k) / name
         e = self._entry(k, name)
-        if self.remote is not None:  # the header checked; its data read by _read_all / _take
+        if self.remote is not None:  # the header checked; its data read by copy / read_rows
             dtype, shape, _ = self.remote.header(f"{chunk_dir(k)}/{name}")
             if dtype.str != e["dtype"] or list(shape) != e["shape"]:
                 raise ChunkStoreError(f"{self.remote.bucket.where}{chunk_dir(k)}/{name} is corrupt "
@@ -201,11 +219,13 @@ class LocalCopy:
         known only once the chunks are here; as read, the rows a LocalView.warm brings)."""
         out = out if out is not None else Fetched()
         todo = [k for k in owned if not self._usable_chunk(k)]
+        held = self._held() if todo else None
+        plans = {k: self._plan_chunk(k, held) for k in todo}
         if pace is not None:
-            pace.begin(sum(self._entry(k, name)["data_bytes"] for k in todo for name in CHUNK_FILES))
+            pace.begin(sum(p.read_bytes for p in plans.values()))
             pace.expect(expect_rows)
         for k in todo:
-            self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, out, pace))
+            self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, plans[k], held, out, pace))
         if not self._usable_halo(owned):
             self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out, pace))
         if pace is not None and not self.as_read:  # as read, rows fetched ahead settle it (LocalView.warm)
@@ -236,9 +256,83 @@ class LocalCopy:
         # pod's emptyDir with it, and a local folder's copies are checked again on reuse.
         self._checked.add(name)
 
-    def _fetch_chunk(self, k: int, tmp: Path, out: Fetched, pace: Pace | None) -> None:
+    def _plan_chunk(self, k: int, held: HeldRuns) -> "_ChunkPlan":
+        """Where chunk k's files come from: its index kept in the folder, x.npy's rows from the
+        runs held (MIN_HELD of them at least), the rest from the store."""
+        plan = _ChunkPlan(from_index=self._usable_index(k))
+        x = self._entry(k, "x.npy")
+        rows = int(x["shape"][0]) if x["shape"] else 0
+        mask = held.mask(k, rows)
+        if rows and mask.sum() >= MIN_HELD * rows:
+            plan.x_held = mask
         for name in CHUNK_FILES:
-            out.chunk_files += self._copy_file(k, name, tmp / name, pace)
+            data = self._entry(k, name)["data_bytes"]
+            if plan.from_index and name in INDEX_CHUNK_FILES:
+                continue
+            if name == "x.npy" and plan.x_held is not None:
+                data = int((~plan.x_held).sum()) * (data // rows)
+            plan.read_bytes += data
+        return plan
+
+    def _fetch_chunk(self, k: int, tmp: Path, plan: "_ChunkPlan", held: HeldRuns, out: Fetched,
+                     pace: Pace | None) -> None:
+        for name in CHUNK_FILES:
+            if plan.from_index and name in INDEX_CHUNK_FILES:
+                _link_or_copy(self.folder / index_dir(k) / name, tmp / name)
+                out.reused_files += self._entry(k, name)["data_bytes"]
+            elif name == "x.npy" and plan.x_held is not None:
+                self._assemble_x(k, tmp / name, plan.x_held, held, out, pace)
+            else:
+                out.chunk_files += self._copy_file(k, name, tmp / name, pace)
+
+    def _assemble_x(self, k: int, dst: Path, mask: np.ndarray, held: HeldRuns, out: Fetched,
+                    pace: Pace | None) -> None:
+        """Chunk k's x.npy from the rows the folder holds (`mask`) and the others read from the
+        store, about _RUNS_SLAB bytes at a time; checked whole against the manifest's sha256
+        (on a mismatch, copied from the store instead)."""
+        e = self._entry(k, "x.npy")
+        x = np.lib.format.open_memmap(dst, mode="w+", dtype=np.dtype(e["dtype"]), shape=tuple(e["shape"]))
+        row_bytes = e["data_bytes"] // max(1, x.shape[0])
+        held.fill(k, x)
+        missing = np.flatnonzero(~mask)
+        out.hold(missing)
+        step = max(1, _RUNS_SLAB // max(1, row_bytes))
+        for a in range(0, missing.size, step):
+            idx = missing[a:a + step]
+            (block,) = self.read_rows([(k, idx)], out)
+            x[idx] = block
+            out.chunk_files += block.nbytes
+            if pace is not None:
+                pace.spend(block.nbytes)
+        out.drop(missing)
+        offset = x.offset
+        x.flush()
+        del x
+        out.reused_files += int(mask.sum()) * row_bytes
+        if sha256_of(dst, offset) != e["sha256"]:  # the folder's runs were not the store's rows
+            log.warning("chunk %d's x.npy assembled from the rows held differs from the store's "
+                        "(sha256): copying it from the store", k)
+            out.reused_files -= int(mask.sum()) * row_bytes
+            out.chunk_files += self._copy_file(k, "x.npy", dst)
+
+    def _index(self, k: int, out: Fetched) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk k's nodes and indptr, from the folder's index-<k> (made from its copy, or read
+        from the store whole, when missing)."""
+        name = index_dir(k)
+        if self._usable_index(k):
+            out.reused_files += sum(self._entry(k, f)["data_bytes"] for f in INDEX_CHUNK_FILES)
+        else:
+            copy = self.folder / chunk_dir(k)
+
+            def write(tmp: Path) -> None:
+                for f in INDEX_CHUNK_FILES:
+                    if chunk_dir(k) in self._checked and copy.is_dir():
+                        _link_or_copy(copy / f, tmp / f)
+                        out.reused_files += self._entry(k, f)["data_bytes"]
+                    else:
+                        out.halo_index += self._copy_file(k, f, tmp / f)
+            self._atomically(name, write)
+        return tuple(map_npy(self.folder / name / f) for f in INDEX_CHUNK_FILES)
 
     def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched, pace: Pace | None = None) -> None:
         owned = list(owned)
@@ -261,19 +355,14 @@ class LocalCopy:
         bounds = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1], True]) if ids.size else np.zeros(1, int)
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             k = int(chunks[a])
-            nodes = self._read_all(k, "nodes.npy")  # read whole: the rows are searched
-            out.hold(nodes)
+            nodes, indptr = self._index(k, out)  # memory maps of the folder's index-<k>
             rows = np.searchsorted(nodes, ids[a:b])
             if rows.size and (rows[-1] >= nodes.size or not np.array_equal(nodes[rows], ids[a:b])):
                 raise ChunkStoreError(f"chunk store file {self.store / chunk_dir(k) / 'nodes.npy'} lacks "
                                       f"nodes the assignment puts in chunk {k}; {_FIX}")
             store_row[a:b] = rows
-            at = np.union1d(rows, rows + 1)  # each entry read once
-            ends = self._take(k, "indptr.npy", at, out)
-            deg[a:b] = ends[np.searchsorted(at, rows + 1)] - ends[np.searchsorted(at, rows)]
-            out.halo_index += nodes.nbytes + ends.nbytes
-            out.drop(nodes)
-            del nodes
+            deg[a:b] = indptr[rows + 1] - indptr[rows]
+            del nodes, indptr
         if not self.as_read:  # as read, the steps fetch the rows they read (halo_rows.py)
             self._fetch_runs(tmp, chunks, store_row, bounds, out, pace)
         np.save(tmp / "ids.npy", ids)
@@ -353,43 +442,33 @@ class LocalCopy:
                 held.add_halo(self.folder / name)
         return held
 
-    def _read_all(self, k: int, name: str) -> np.ndarray:
-        if self.remote is not None:
-            self._store_file(k, name)
-            return self.remote.read_all(f"{chunk_dir(k)}/{name}")
-        return np.array(self._store_file(k, name))
-
     def read_rows(self, reads: Sequence[tuple[int, np.ndarray]], out: Fetched) -> list[np.ndarray]:
         """Feature rows of several chunks from the store: per (chunk k, rows ascending and
         distinct), those rows; a bucket's requests all at once (s3.source.S3Source.take_many)."""
         if self.remote is None:
-            return [self._take(k, "x.npy", rows, out) for k, rows in reads]
+            return [self._store_file(k, "x.npy")[rows] for k, rows in reads]
         for k, _ in reads:
             self._store_file(k, "x.npy")
         blocks, over = self.remote.take_many([(f"{chunk_dir(k)}/x.npy", rows) for k, rows in reads])
         out.over_read += over
         return blocks
 
-    def _take(self, k: int, name: str, idx: np.ndarray, out: Fetched) -> np.ndarray:
-        """Rows idx (ascending, distinct) of chunk k's file; a bucket's gap bytes into out."""
-        if self.remote is not None:
-            self._store_file(k, name)
-            rows, over = self.remote.take(f"{chunk_dir(k)}/{name}", idx)
-            out.over_read += over
-            return rows
-        return self._store_file(k, name)[idx]
-
     # -- checks before use ---------------------------------------------------------------------
     def _usable_chunk(self, k: int) -> bool:
         """Chunk k's copy is there and intact (checked once a process: this one wrote it, or a
         size and sha256 check against the manifest)."""
-        name = chunk_dir(k)
+        return self._usable_files(k, chunk_dir(k), CHUNK_FILES)
+
+    def _usable_index(self, k: int) -> bool:
+        return self._usable_files(k, index_dir(k), INDEX_CHUNK_FILES)
+
+    def _usable_files(self, k: int, name: str, names: Sequence[str]) -> bool:
         d = self.folder / name
         if name in self._checked:
             return d.is_dir()
         if not d.is_dir():
             return False
-        for f in CHUNK_FILES:
+        for f in names:
             e = self._entry(k, f)
             try:
                 offset = map_npy(d / f).offset
@@ -428,21 +507,26 @@ class LocalCopy:
         return LocalView(self, owned, counts if counts is not None else Fetched())
 
     def entries(self, owned: Sequence[int]) -> set[str]:
-        """The folder entries an owned set's round reads."""
-        return {chunk_dir(k) for k in owned} | {halo_key(owned), rows_key(owned)}
+        """The folder entries an owned set's round reads, and the chunks' index kept for the job."""
+        return {chunk_dir(k) for k in owned} | {halo_key(owned), rows_key(owned)} | \
+            {index_dir(k) for k in range(self.num_chunks)}
 
     def disk_bytes(self, exclude: set[str] = frozenset()) -> int:
-        """Bytes of the files in the folder (a fetch's `.tmp-` files included), but `exclude`'s."""
-        total = 0
+        """Bytes of the files in the folder (a fetch's `.tmp-` files included), but `exclude`'s;
+        a file linked twice (a chunk copy's index) counted once."""
+        total, seen = 0, set()
         for top in os.listdir(self.folder):
             if top in exclude:
                 continue
             for root, _, files in os.walk(self.folder / top):
                 for f in files:
                     try:
-                        total += os.stat(os.path.join(root, f)).st_size
+                        st = os.stat(os.path.join(root, f))
                     except FileNotFoundError:  # a background fetch renamed or removed it
-                        pass
+                        continue
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        total += st.st_size
         return total
 
     def evict(self, keep: set[str]) -> None:
@@ -451,6 +535,21 @@ class LocalCopy:
             if entry.name not in keep and not entry.name.startswith(_TMP):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
                 self._checked.discard(entry.name)
+
+
+@dataclass
+class _ChunkPlan:
+    from_index: bool = False  # nodes and indptr from the folder's index-<k>
+    x_held: np.ndarray | None = None  # x.npy's rows held in the folder, assembled from them
+    read_bytes: int = 0  # what is read from the store
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """dst the same file as src (checked already): a hard link, or a copy where links fail."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
 
 
 class LocalView:

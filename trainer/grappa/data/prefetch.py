@@ -20,7 +20,8 @@ chunks, shared, once), everything else evicted at each `take`; the background fe
 fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold). `counts()` reports
 per round (local_graph.FETCH_COUNTS): the store bytes fetched for the round, how many of them
 ahead, of them the halo's feature rows and those fetched as the steps read them (a mini-batch
-round's: data/halo_rows.py, never ahead), the halo's rows the folder held already (held_runs.py), the folder's bytes, of them the next round's, and the
+round's: data/halo_rows.py, never ahead), the store bytes the folder held already (halo rows, a chunk's index, a new variable chunk's
+rows: local_copy.py), the folder's bytes, of them the next round's, and the
 background fetch's peak buffers.
 The last two are what is held when counts() is called, or what a fetch ahead held when it
 completed since the call before, whichever is more: a fetch that starts and completes between
@@ -147,7 +148,7 @@ class RoundFetcher:
             (disk, memory), self._completed = self._completed, (0, 0)
         return {"fetched": self._round.total, "fetched_ahead": self._round_ahead,
                 "fetched_rows": self._round.halo_rows, "fetched_on_demand": self._round.on_demand,
-                "fetched_reused": self._round.reused,
+                "fetched_reused": self._round.reused + self._round.reused_files,
                 "local_disk": self.copy.disk_bytes(),
                 "prefetch_disk": max(disk, self.copy.disk_bytes(exclude=current)),
                 "prefetch_memory": max(memory, self._next_fetched.memory_peak)}

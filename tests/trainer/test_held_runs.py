@@ -1,0 +1,38 @@
+"""data/held_runs.py: the rows a worker's folder holds, checked against a brute-force copy."""
+import numpy as np
+
+from grappa.data import held_runs
+from grappa.data.held_runs import HeldRuns
+
+
+def write_halo(folder, store, runs):
+    """A halo folder holding `runs` (chunk, first, end) of the store's rows, as a fetch writes it."""
+    folder.mkdir()
+    at = np.cumsum([e - f for _, f, e in runs]) - [e - f for _, f, e in runs]
+    np.save(folder / "xruns.npy", np.array([[k, f, e, a] for (k, f, e), a in zip(runs, at)], dtype=np.int64))
+    np.save(folder / "x.npy", np.concatenate([store[k][f:e] for k, f, e in runs]))
+
+
+def test_mask_and_fill_give_the_rows_of_every_source_and_only_those(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_runs, "_SLICE_BYTES", 64)  # runs of 2 rows and more copied as slices
+    monkeypatch.setattr(held_runs, "_BATCH_BYTES", 96)  # and in pieces of 3 rows
+    rng = np.random.default_rng(0)
+    store = {k: rng.standard_normal((40, 8)).astype(np.float32) for k in range(3)}  # 32-byte rows
+    # chunk 1: short and long runs, two of them continuing one another (joined); chunk 2: one run
+    write_halo(tmp_path / "a", store, [(1, 0, 1), (1, 3, 10), (1, 10, 12), (1, 20, 21), (2, 5, 39)])
+    write_halo(tmp_path / "b", store, [(1, 11, 15), (1, 30, 40)])
+    held = HeldRuns()
+    held.add_halo(tmp_path / "a")
+    held.add_halo(tmp_path / "b")
+    held.add_chunk(0, store[0])
+    want = {0: np.ones(40, bool), 1: np.zeros(40, bool), 2: np.zeros(40, bool)}
+    for a, b in [(0, 1), (3, 15), (20, 21), (30, 40)]:
+        want[1][a:b] = True
+    want[2][5:39] = True
+    for k in range(3):
+        np.testing.assert_array_equal(held.mask(k, 40), want[k])
+        out = np.full((40, 8), np.nan, dtype=np.float32)
+        held.fill(k, out)
+        np.testing.assert_array_equal(out[want[k]], store[k][want[k]])
+        assert np.isnan(out[~want[k]]).all()  # nothing written where no source holds the row
+    assert not held.mask(5, 10).any()  # a chunk no source holds
