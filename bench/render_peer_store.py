@@ -340,8 +340,15 @@ def store_free(rows: list[dict]) -> list[dict]:
             continue
         model = d["distdgl_model"] / r["model"] if r["model"] and d["distdgl_model"] else None
         out.append({"row": r, "twin": d, "measured": d["distdgl_mean"] / r["mean"], "model": model,
-                    "target": RATIO_TARGETS.get(r["dataset"]) if r["p"] == 8 and r["preset"] == "1gbit" else None})
+                    "target": RATIO_TARGETS.get(r["dataset"]) if r["p"] == 8 and r["preset"] == "1gbit" else None,
+                    "same_host": _hosts(r["grappa"]) == _hosts(d["distdgl"])})
     return out
+
+
+def _hosts(records: list[dict]) -> set:
+    """The hosts (CPU, vector units, cores, kernel) that ran `records` (None: not recorded)."""
+    return {tuple((h or {}).get(k) for k in ("cpu", "simd", "cores", "kernel"))
+            for h in ((rec.get("measured") or {}).get("host") for rec in records)}
 
 
 def store_free_lines(rows: list[dict]) -> list[str]:
@@ -355,7 +362,10 @@ def store_free_lines(rows: list[dict]) -> list[str]:
         line = (f"- {label(r)}: Grappa with no store traffic {fmt(r['mean'])} s an epoch measured, "
                 f"{fmt(r['model'])} s modelled; DistDGL ÷ Grappa {times(f['measured'])} measured, "
                 f"**{times(f['model'])} modelled**")
-        if t is not None and f["model"] is not None:
+        if not f["same_host"]:
+            line += (": not a ceiling, the two ran on different hosts (the table of hosts below); "
+                     "measure the local cell again beside the s3 cell's DistDGL jobs")
+        elif t is not None and f["model"] is not None:
             line += (f": at or above the {t:.0f}x target, so a cut in the store's cost can close the gap"
                      if f["model"] >= t else
                      f": below the {t:.0f}x target even so, so no cut in the store's bytes alone meets it; "

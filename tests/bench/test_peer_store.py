@@ -229,6 +229,11 @@ def test_the_ceiling_with_no_store_traffic(mods, tmp_path):
         assert f"**{pair['model']:.2f}x modelled**: at or above the 3x target" in page
         rs.RATIO_TARGETS["rmat"] = 5.0
         assert "below the 5x target even so" in "\n".join(rs.store_free_lines(rows))
+        # the local cell from another host than DistDGL's jobs: no verdict, a re-measure asked for
+        local["measured"] = {"host": {"cpu": "A", "simd": "avx2", "cores": 2, "kernel": "k"}}
+        dgl["measured"] = {"host": {"cpu": "B", "simd": "avx512f", "cores": 2, "kernel": "k"}}
+        lines = "\n".join(rs.store_free_lines(rs.cell_rows(runs)))
+        assert "not a ceiling, the two ran on different hosts" in lines and "target" not in lines
     finally:
         del rs.RATIO_TARGETS["rmat"]
     # no s3 twin with DistDGL's jobs: no ceiling
