@@ -36,3 +36,24 @@ def test_mask_and_fill_give_the_rows_of_every_source_and_only_those(tmp_path, mo
         np.testing.assert_array_equal(out[want[k]], store[k][want[k]])
         assert np.isnan(out[~want[k]]).all()  # nothing written where no source holds the row
     assert not held.mask(5, 10).any()  # a chunk no source holds
+
+
+def test_take_rows_copies_each_row_a_source_holds_and_says_which(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_runs, "_BATCH_BYTES", 96)  # rows copied 3 at a time
+    rng = np.random.default_rng(1)
+    store = {k: rng.standard_normal((40, 8)).astype(np.float32) for k in range(2)}
+    write_halo(tmp_path / "a", store, [(1, 2, 6), (1, 10, 12), (1, 30, 35)])
+    held = HeldRuns()
+    held.add_halo(tmp_path / "a")
+    held.add_chunk(0, store[0])
+    for k in range(2):
+        rows = np.unique(rng.integers(0, 40, 25))
+        at = rng.permutation(rows.size)  # out's rows in any order
+        out = np.full((rows.size, 8), np.nan, dtype=np.float32)
+        got = held.take_rows(k, rows, out, at)
+        brute = held.mask(k, 40)[rows]
+        np.testing.assert_array_equal(got, brute)
+        assert 0 < got.sum() and (k == 0 or not got.all())
+        np.testing.assert_array_equal(out[at[got]], store[k][rows[got]])
+        assert np.isnan(out[at[~got]]).all()
+    assert not held.take_rows(3, np.arange(5), np.zeros((5, 8), np.float32), np.arange(5)).any()

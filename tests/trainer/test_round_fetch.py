@@ -24,9 +24,11 @@ import torch
 import grappa
 from grappa.config import TrainConfig
 from grappa.data.errors import ChunkStoreError
+from grappa.data import local_copy
 from grappa.data.halo_rows import rows_as_read
 from grappa.data.local_copy import HALO_FILES, MIN_HELD, Fetched, LocalCopy, halo_key, index_dir, rows_key
 from grappa.data.local_graph import FETCH_COUNTS, build_local_graph
+from grappa.data.pace import Pace
 from grappa.data.prefetch import RoundFetcher
 from grappa.data.store.assign import base_chunks
 from grappa.data.store.chunk_store import ChunkStore
@@ -81,6 +83,13 @@ class StoreArrays:
         n = int((self.chunk_of[halo] == k).sum())
         return n * x[0].nbytes if n >= MIN_HELD * x.shape[0] else 0
 
+    def rows_not_held(self, before, after) -> int:
+        """The bytes of the halo rows of round `after` that the folder of round `before` lacks:
+        rows neither in that round's halo nor in its chunks."""
+        halo = self.halo(after)
+        held = np.isin(halo, self.halo(before)) | np.isin(self.chunk_of[halo], before)
+        return int((~held).sum()) * self.file(0, "x.npy")[0].nbytes
+
     def next_chunk_read(self, before, k) -> int:
         """What a fetch reads of chunk k's files after the round `before` (chunk k in its halo):
         its index is kept in the folder, its rows that halo held taken from it."""
@@ -90,7 +99,10 @@ class StoreArrays:
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("round-fetch")
-    cfg = csbm_job(tmp, **{"grappa.chunks": K})
+    # sparse enough that a round's halo misses rows of its chunks: the next halo's runs are then
+    # held in part by the folder
+    cfg = csbm_job(tmp, **{"grappa.chunks": K, "dataset.synthetic.numNodes": 2000,
+                           "dataset.synthetic.avgDegree": 3.0})
     return cfg, StoreArrays(Path(cfg.store_dir))
 
 
@@ -139,6 +151,8 @@ def test_fetch_counts_what_the_store_holds_for_what_it_fetched(prepared, tmp_pat
     assert (nxt.chunk_files, nxt.halo_index) == (arrays.next_chunk_read(base + [var], var2), 0)
     assert nxt.reused_files == arrays.chunk_bytes([var2]) - nxt.chunk_files + index2
     assert nxt.halo_rows + nxt.reused == rows2 and nxt.reused > 0
+    # every row the folder holds comes from it, also where a run of the new halo is held in part
+    assert nxt.halo_rows == arrays.rows_not_held(base + [var], base + [var2]) > 0
     for name in CHUNK_FILES:
         np.testing.assert_array_equal(np.load(tmp_path / "local" / chunk_dir(var2) / name), arrays.file(var2, name))
     assert {p.name for p in (tmp_path / "local").iterdir() if p.name.startswith("index-")} == \
@@ -367,6 +381,34 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
                       build_local_graph(taken["view"], base, var2))
     fetcher.close(remove=True)
+
+
+def test_a_paced_fetch_reads_its_halo_rows_a_small_slab_at_a_time(prepared, tmp_path, monkeypatch):
+    """A slab's bytes come at once and then the pace waits: with a budget, slabs of _PACED_SLAB
+    bytes (a run longer than that alone) spread the rows over it; without, one slab."""
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    monkeypatch.setattr(local_copy, "_PACED_SLAB", 2048)
+    read, original = [], LocalCopy.read_rows
+    monkeypatch.setattr(LocalCopy, "read_rows", lambda self, reads, out: (
+        read.append([rows for _, rows in reads]), original(self, reads, out))[1])
+    now = [0.0]
+    paced = Pace(3600.0, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    halos = {}
+    for name, pace in (("at-once", None), ("paced", paced)):
+        read.clear()
+        LocalCopy(cfg.store_path, tmp_path / name).fetch(base + [var], pace=pace)
+        halos[name] = tmp_path / name / halo_key(base + [var])
+        row_bytes = np.load(halos[name] / "x.npy", mmap_mode="r")[0].nbytes
+        runs = np.load(halos[name] / "xruns.npy")
+        slabs = [sum(r.size for r in rows) * row_bytes for rows in read]
+        if pace is None:
+            assert len(slabs) == 1
+        else:
+            longest = int((runs[:, 2] - runs[:, 1]).max()) * row_bytes
+            assert len(slabs) > 1 and max(slabs) <= max(2048, longest)
+            assert sum(slabs) == int((runs[:, 2] - runs[:, 1]).sum()) * row_bytes and paced.waited > 0
+    np.testing.assert_array_equal(np.load(halos["paced"] / "x.npy"), np.load(halos["at-once"] / "x.npy"))
 
 
 def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():

@@ -150,6 +150,9 @@ def test_a_fetch_from_the_bucket_reads_what_the_folders_does_and_builds_the_same
     assert bucket.bytes_received - received >= nxt.total
     # the halo's rows the last round's runs and chunk copies hold come from the folder, not the bucket
     assert nxt.reused > 0 and nxt.halo_rows + nxt.reused == arrays.halo_bytes(base + [var2])[1]
+    # the folder's runs hold the last halo's rows (and the rows between them): no row of those
+    # is read again, also where a run of the new halo is held in part
+    assert nxt.halo_rows <= arrays.rows_not_held(base + [var], base + [var2])
     assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
                       build_local_graph(copy.view(base + [var2]), base, var2))
 

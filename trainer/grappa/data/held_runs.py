@@ -8,9 +8,10 @@ a run is adjacent rows. The halo folder holds the runs' rows in x.npy, their ran
 
 Rounds' halos overlap: the base chunks' in-neighbours are in every one, and the chunk a worker
 held the round before is in its folder whole. So a fetch takes a run from the folder when a halo
-kept there (or a chunk copy) holds all of its rows, and reads the others from the store. Where a
-halo reaches a large share of a chunk's rows, its runs from a bucket cover the whole chunk, and
-the next round's rows of that chunk come from the folder though they are other rows.
+kept there (or a chunk copy) holds all of its rows, and of the other runs the rows the folder
+holds (`take_rows`): only the rest is read from the store. Where a halo reaches a large share of
+a chunk's rows, its runs from a bucket cover the whole chunk, and the next round's rows of that
+chunk come from the folder though they are other rows.
 
 The same runs assemble a chunk's x.npy when it becomes the worker's variable chunk: it was in the
 last round's halo, so the runs held cover most of its rows (`mask`, `fill`), and only the rest is
@@ -64,6 +65,10 @@ class HeldRuns:
             last = np.r_[np.flatnonzero(keep)[1:], first.size] - 1  # each joined range's last run
             self._sources.setdefault(int(k), []).append((first[keep], end[last], x, at[keep]))
 
+    def chunks(self) -> list[int]:
+        """The chunks the folder holds rows of."""
+        return sorted(self._sources)
+
     def mask(self, k: int, n: int) -> np.ndarray:
         """Which of chunk k's n rows the folder holds (bool [n])."""
         held = np.zeros(n, dtype=bool)
@@ -100,6 +105,22 @@ class HeldRuns:
             for b in np.unique(batch).tolist():
                 m = batch == b
                 out[spans(at[sel[m]], n[m])] = x[spans(pos[i[m]] + lo[sel[m]] - first[i[m]], n[m])]
+            done[sel] = True
+        return done
+
+    def take_rows(self, k: int, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Copy each of chunk k's `rows` (ascending) that a source holds into out[at[j]];
+        returns which were copied (bool): a run held in part gives the rows it holds."""
+        done = np.zeros(rows.size, dtype=bool)
+        for first, end, x, pos in self._sources.get(k, ()):
+            left = np.flatnonzero(~done)
+            i = np.searchsorted(first, rows[left], "right") - 1
+            ok = (i >= 0) & (rows[left] < end[np.maximum(i, 0)])
+            sel, i = left[ok], i[ok]
+            src = pos[i] + rows[sel] - first[i]
+            step = max(1, _BATCH_BYTES // x.strides[0])  # rows copied at once, bounded
+            for a in range(0, sel.size, step):
+                out[at[sel[a:a + step]]] = x[src[a:a + step]]
             done[sel] = True
         return done
 

@@ -78,6 +78,9 @@ from grappa.util.npy import map_npy
 log = logging.getLogger("grappa.data.local_copy")
 _BLOCK = 1 << 22      # bytes per read when copying a file
 _RUNS_SLAB = 1 << 25  # bytes of a halo's runs read from the store at once (their requests together)
+# ... and while a fetch ahead keeps to a time budget: small enough that its reads spread over the
+# budget's epochs (a slab's bytes come at once, then the pace waits)
+_PACED_SLAB = 1 << 20
 _TMP = ".tmp-"
 _INDEX = "index-"
 INDEX_CHUNK_FILES = ("nodes.npy", "indptr.npy")  # what a halo reads of a chunk's structure
@@ -116,6 +119,10 @@ class Fetched:
     def drop(self, *arrays: np.ndarray) -> None:
         self.memory_now -= sum(a.nbytes for a in arrays)
 
+
+
+def _slab_bytes(pace: Pace | None) -> int:
+    return _PACED_SLAB if pace is not None and pace.deadline is not None else _RUNS_SLAB
 
 
 def halo_key(owned: Sequence[int]) -> str:
@@ -288,7 +295,7 @@ class LocalCopy:
     def _assemble_x(self, k: int, dst: Path, mask: np.ndarray, held: HeldRuns, out: Fetched,
                     pace: Pace | None) -> None:
         """Chunk k's x.npy from the rows the folder holds (`mask`) and the others read from the
-        store, about _RUNS_SLAB bytes at a time; checked whole against the manifest's sha256
+        store, a slab at a time (_slab_bytes); checked whole against the manifest's sha256
         (on a mismatch, copied from the store instead)."""
         e = self._entry(k, "x.npy")
         x = np.lib.format.open_memmap(dst, mode="w+", dtype=np.dtype(e["dtype"]), shape=tuple(e["shape"]))
@@ -296,9 +303,10 @@ class LocalCopy:
         held.fill(k, x)
         missing = np.flatnonzero(~mask)
         out.hold(missing)
-        step = max(1, _RUNS_SLAB // max(1, row_bytes))
-        for a in range(0, missing.size, step):
-            idx = missing[a:a + step]
+        a = 0
+        while a < missing.size:
+            idx = missing[a:a + max(1, _slab_bytes(pace) // max(1, row_bytes))]
+            a += idx.size
             (block,) = self.read_rows([(k, idx)], out)
             x[idx] = block
             out.chunk_files += block.nbytes
@@ -306,8 +314,7 @@ class LocalCopy:
                 pace.spend(block.nbytes)
         out.drop(missing)
         offset = x.offset
-        x.flush()
-        del x
+        del x  # unmapped, not flushed: its pages stay in the page cache (no fsync: _atomically)
         out.reused_files += int(mask.sum()) * row_bytes
         if sha256_of(dst, offset) != e["sha256"]:  # the folder's runs were not the store's rows
             log.warning("chunk %d's x.npy assembled from the rows held differs from the store's "
@@ -377,9 +384,10 @@ class LocalCopy:
 
     def _fetch_runs(self, tmp: Path, chunks: np.ndarray, store_row: np.ndarray, bounds: np.ndarray,
                     out: Fetched, pace: Pace | None) -> None:
-        """The halo's feature rows into tmp as runs (held_runs.py): the runs this folder holds
-        whole are taken from it, the others read from the store, about _RUNS_SLAB bytes at a time
-        (a bucket's requests in parallel)."""
+        """The halo's feature rows into tmp as runs (held_runs.py): the rows this folder holds
+        are taken from it (a run held whole, or the rows of one held in part), the others read
+        from the store, about _RUNS_SLAB bytes at a time (a bucket's requests in parallel), or
+        _PACED_SLAB while a fetch ahead keeps to its budget."""
         from grappa.data.s3.source import GAP_BYTES, runs_of
         codec = codec_of(self.manifest)
         row_bytes = codec.columns * codec.dtype.itemsize
@@ -409,12 +417,19 @@ class LocalCopy:
             todo[sel[held.take(c, lo[sel], hi[sel], x_out, at[sel])]] = False
         out.reused += int(want[~todo].sum()) * row_bytes
         todo = np.flatnonzero(todo)
-        size = (hi - lo)[todo] * row_bytes
+        first_of = {int(chunks[a]): (a, b) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())}
+        runs = self._runs_not_held(held, tuple(a[todo] for a in (k, lo, hi, want, at)),
+                                   lambda c: store_row[slice(*first_of[c])], x_out, out, row_bytes)
+        out.drop(k, lo, hi, want, at)
+        k, lo, hi, want, at = runs
+        out.hold(*runs)
+        size = (hi - lo) * row_bytes
         if pace is not None:  # the rows are paced too (the index is small)
             pace.settle(int(size.sum()))
-        slab_of = (np.cumsum(size) - size) // _RUNS_SLAB  # runs in slabs of about _RUNS_SLAB bytes
-        for s in np.unique(slab_of).tolist():
-            slab = todo[slab_of == s]
+        ends, start = np.cumsum(size), 0
+        while start < size.size:  # runs in slabs, their requests together
+            stop = max(start + 1, int(np.searchsorted(ends, ends[start] - size[start] + _slab_bytes(pace), "right")))
+            slab, start = np.arange(start, stop), stop
             cs = np.unique(k[slab]).tolist()
             of = [slab[k[slab] == c] for c in cs]
             blocks = self.read_rows([(c, spans(lo[r], hi[r] - lo[r])) for c, r in zip(cs, of)], out)
@@ -425,10 +440,39 @@ class LocalCopy:
             out.halo_rows += int(want[slab].sum()) * row_bytes
             out.over_read += int((hi - lo - want)[slab].sum()) * row_bytes
             if pace is not None:
-                pace.spend(int(size[slab_of == s].sum()))
-        x_out.flush()
-        del x_out
+                pace.spend(int(size[slab].sum()))
+        del x_out  # as _assemble_x's
         out.drop(k, lo, hi, want, at)
+
+    @staticmethod
+    def _runs_not_held(held: HeldRuns, runs: tuple[np.ndarray, ...], halo_rows, x_out: np.ndarray,
+                       out: Fetched, row_bytes: int) -> tuple[np.ndarray, ...]:
+        """Of `runs` (chunk, first row, end row, halo rows in each, position in x_out), none held
+        whole, the rows the folder holds are copied into x_out; returns what is left to read, as
+        runs of the same form: a run held in part leaves the stretches it lacks.
+        `halo_rows(c)`: chunk c's halo rows (ascending), to tell its rows from the gaps'."""
+        k, lo, hi, want, at = runs
+        whole = ~np.isin(k, held.chunks())  # of chunks the folder holds nothing of: left as they are
+        pieces = [tuple(a[whole] for a in runs)]
+        for c in np.unique(k[~whole]).tolist():
+            sel = np.flatnonzero(k == c)
+            n = hi[sel] - lo[sel]
+            rows, pos = spans(lo[sel], n), spans(at[sel], n)
+            out.hold(rows, pos)
+            got = held.take_rows(c, rows, x_out, pos)
+            halo = halo_rows(c)
+            i = np.minimum(np.searchsorted(halo, rows), halo.size - 1)
+            wanted = halo[i] == rows
+            out.reused += int(np.count_nonzero(got & wanted)) * row_bytes
+            out.drop(rows, pos)
+            rows, pos, wanted = rows[~got], pos[~got], wanted[~got]
+            cut = np.flatnonzero((np.diff(rows) != 1) | (np.diff(pos) != 1)) + 1  # adjacent in both
+            first, end = np.r_[0, cut].astype(np.int64), np.r_[cut, rows.size].astype(np.int64)
+            count = np.r_[0, np.cumsum(wanted)]
+            if rows.size:
+                pieces.append((np.full(first.size, c, np.int64), rows[first], rows[end - 1] + 1,
+                               count[end] - count[first], pos[first]))
+        return tuple(np.concatenate([p[i] for p in pieces]) for i in range(5))
 
     def _held(self) -> HeldRuns:
         """The store rows this folder holds that this process wrote or checked: chunk copies, and
