@@ -232,7 +232,7 @@ def main_table(rows: list[dict]) -> list[str]:
 def store_table(rows: list[dict]) -> list[str]:
     md = ["| cell | storage link MB per round | workers' fetched MB per round (all) | per worker per round MB | "
           "of it halo feature rows MB | from the folder MB | rows fetched as read | fetched ahead | "
-          "peak prefetch buffers MB | peak local folder MB | storage link MB after training |",
+          "peak prefetch memory MB | peak local folder MB | storage link MB after training |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["grappa"]:
@@ -483,7 +483,7 @@ def render(runs: dict, out: Path) -> Path:
            "was read in, its last chunk copies), and, in jobs from the code that keeps them, the chunks' index "
            "files and a new variable chunk's feature rows its last halo held (halo rows only in jobs run on "
            "4f62d5c or d8a0670; – for jobs from before it was counted); "
-           "fetched ahead: the share fetched during the round before. Peak buffers and folder: the largest worker's.",
+           "fetched ahead: the share fetched during the round before. Peak prefetch memory: the more of the background fetch's buffers and the next round's local graph it built, held until that round starts (in jobs from before it built the graph, the buffers alone); it and the folder: the largest worker's.",
            ""]
     md += store_table(rows)
     md += ["", "## Set-up (measured, not in any epoch)", "",

@@ -358,7 +358,8 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     base, var, var2 = owned_sets()
     fetcher = RoundFetcher(LocalCopy(cfg.store_path, tmp_path / "local"))
     fetcher.take(base + [var])
-    fetcher.ahead(base + [var2], seconds=3600.0)  # an hour for the chunk: it waits, block by block
+    build = lambda view: build_local_graph(view, base, var2)  # noqa: E731 - once the data is here
+    fetcher.ahead(base + [var2], seconds=3600.0, build=build)  # an hour for the chunk: it waits, block by block
     pace = fetcher._pace
     deadline = time.monotonic() + 60
     while pace.done == 0 and time.monotonic() < deadline:
@@ -378,8 +379,11 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     assert got.halo_rows + got.reused == arrays.halo_bytes(base + [var2])[1]
     got = fetcher.counts()
     assert got["fetched"] == got["fetched_ahead"] == arrays.next_chunk_read(base + [var], var2) + got["fetched_rows"]
-    assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var2),
-                      build_local_graph(taken["view"], base, var2))
+    direct = build_local_graph(ChunkStore(cfg.store_path), base, var2)
+    assert_same_graph(direct, build_local_graph(taken["view"], base, var2))
+    # the graph the fetch ahead built is handed over, and was counted while it was held
+    assert_same_graph(direct, fetcher.built)
+    assert got["prefetch_memory"] >= fetcher.built.nbytes() > 0
     fetcher.close(remove=True)
 
 
@@ -414,10 +418,14 @@ def test_a_paced_fetch_reads_its_halo_rows_a_small_slab_at_a_time(prepared, tmp_
 def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():
     calls = []
 
+    built = []
+
     class Recorder:
-        def ahead(self, owned, seconds=None, reach=None):
+        def ahead(self, owned, seconds=None, reach=None, build=None):
             calls.append((owned, seconds))
-    s = SimpleNamespace(_ahead=([0, 1, 5], 10, 0), _epoch_seconds=[], fetcher=Recorder(), _warm_ahead=False)
+            built.append(build("view"))
+    s = SimpleNamespace(_ahead=([0, 1, 5], 10, 0), _epoch_seconds=[], fetcher=Recorder(), _warm_ahead=False,
+                        base=[0, 1], round_graph=lambda view, var: (view, var))
     Strategy._pace_ahead(s, 0)  # round 0's first epoch: not during it
     assert calls == []
     s._epoch_seconds = [9.0]
@@ -442,6 +450,8 @@ def test_the_fetch_ahead_is_budgeted_to_end_an_epoch_before_the_next_round():
     s._ahead = None
     Strategy._pace_ahead(s, 12)  # no round follows
     assert len(calls) == 6
+    # each fetch ahead ends building its round's graph, with that round's variable chunk
+    assert built == [("view", 5)] * 4 + [("view", 6), ("view", 7)]
 
 
 class _FailingCopy(LocalCopy):

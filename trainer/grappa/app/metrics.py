@@ -81,7 +81,7 @@ class TrainerMetrics:
         self._fetch_held = Gauge(
             "grappa_trainer_fetch_held_bytes", "What the fetched round data holds, by kind: local_disk "
             "(the worker-local folder), prefetch_disk (of it, the next round's), prefetch_memory (the "
-            "background fetch's peak buffers in this round); the prefetch kinds at least what a fetch ahead "
+            "background fetch's peak buffers in this round, or the next round's local graph it built); the prefetch kinds at least what a fetch ahead "
             "held when it completed since the last epoch report.", list(labels) + ["kind"], registry=self.registry)
         self._store_seen: tuple[int, dict[str, int]] = (0, {})
 

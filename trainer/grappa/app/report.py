@@ -153,7 +153,7 @@ def store_reads_summary(history: list[dict], resumed_at: list[int], fetched: boo
                         "as a mini-batch round's steps first read them; `fetched_reused`, not in `fetched`: the store's "
                         "bytes taken from the worker's folder, which held them from the rounds before: halo rows, "
                         "chunks' index files, a new variable chunk's feature rows); local_disk, prefetch_disk (the next round's share) and prefetch_memory "
-                        "(the background fetch's peak buffers): bytes held at the round's last epoch report "
+                        "(the background fetch's peak buffers, or the next round's local graph it built): bytes held at the round's last epoch report "
                         "(the prefetch ones: or, if more, what a fetch ahead held when it completed since the "
                         "report before)"
                         if fetched else ""),

@@ -21,7 +21,7 @@ the round cost the store is `fetched` (FETCH_COUNTS).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -59,6 +59,8 @@ class LocalGraph:
     structure_distinct_bytes: int = 0  # the same bytes, each counted once
     verify_bytes: int = 0              # whole files the build read to check their sha256
     fetch_counts: Optional[Callable[[], dict[str, int]]] = None  # a fetched round's FETCH_COUNTS, live
+    # tensors a strategy derived from the graph alone, perhaps before its round (Strategy.round_graph)
+    ahead: dict[str, Tensor] = field(default_factory=dict)
 
     def store_reads(self) -> dict[str, int]:
         """Bytes read from where the round's data lives in this round so far: the build's
@@ -118,7 +120,8 @@ class LocalGraph:
     def nbytes(self) -> int:
         """Bytes this object holds (features excluded: they are memory-mapped)."""
         return sum(t.numel() * t.element_size() for t in
-                   (self.global_ids, self.indptr, self.indices, self.deg, self.y, self.split)) + \
+                   (self.global_ids, self.indptr, self.indices, self.deg, self.y, self.split,
+                    *self.ahead.values())) + \
             self.features.halo_chunk.nbytes + self.features.halo_row.nbytes
 
 

@@ -11,13 +11,17 @@ halo's rows, found only once its chunks are here, are budgeted from the start as
 the current halo's (rounds' halos are alike in size), so they do not crowd the budget's end.
 With storage.haloRows reachable (rows otherwise fetched as read), the fetch ahead also builds the
 next round's graph and brings the halo rows its seeds can reach (the strategy's `reach`), so its
-steps read none from the store. A `take` for
+steps read none from the store. Given `build`, the fetch ahead ends by building the next round's
+local graph from its data (the strategy's `round_graph`), so the epoch that starts the round does
+not: `built` hands it over at `take`; it is held beside the current round's until then, and
+counted in prefetch_memory. A `take` for
 anything else (a schedule that changed) fetches on demand, as `take` does when nothing was
 fetched ahead (storage.fetch: on-demand).
 
 Bounded: the folder holds at most two rounds' data, the current one's and the next one's (base
 chunks, shared, once), everything else evicted at each `take`; the background fetch holds one
-fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold). `counts()` reports
+fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold), then what `build`
+made (the next round's local graph) until the round starts. `counts()` reports
 per round (local_graph.FETCH_COUNTS): the store bytes fetched for the round, how many of them
 ahead, of them the halo's feature rows and those fetched as the steps read them (a mini-batch
 round's: data/halo_rows.py, never ahead), the store bytes the folder held already (halo rows, a chunk's index, a new variable chunk's
@@ -33,7 +37,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -43,6 +47,8 @@ from grappa.data.pace import Pace
 log = logging.getLogger("grappa.data.prefetch")
 # a round's view -> the global ids whose rows its steps may read, or None (Strategy.reach)
 Reach = Callable[[LocalView], Optional[np.ndarray]]
+# a round's view -> what its steps start from (Strategy.round_graph: a LocalGraph), with nbytes()
+Build = Callable[[LocalView], Any]
 
 
 class RoundFetcher:
@@ -54,6 +60,8 @@ class RoundFetcher:
         self._next: Optional[list[int]] = None
         self._next_fetched = Fetched()
         self._next_view: Optional[LocalView] = None  # the next round's, its reachable rows warmed
+        self._next_built = None  # what `build` made of the next round's view
+        self.built = None  # ... handed over by `take` for the round it starts (None: build it now)
         self._warmed = 0  # bytes of rows the current round's view had warmed ahead
         self._thread: Optional[threading.Thread] = None
         self._pace: Optional[Pace] = None
@@ -67,10 +75,10 @@ class RoundFetcher:
         `reach` as for `ahead`: a round not fetched ahead brings its reachable rows now."""
         owned = list(owned)
         self._join()  # at full speed: the round starts now
-        view = None
+        view, self.built = None, None
         if self._next == owned and self._error is None:
             self._round, self._round_ahead = self._next_fetched, self._next_fetched.total
-            view = self._next_view
+            view, self.built = self._next_view, self._next_built
         else:
             if self._error is not None:  # fetching now raises it again if it was about this round
                 if self._next == owned:
@@ -80,7 +88,8 @@ class RoundFetcher:
                     log.warning("fetching round data ahead (chunks %s) failed (%s); this round needs chunks "
                                 "%s instead: fetching them now", self._next, self._error, owned)
             self._round, self._round_ahead = self.copy.fetch(owned), 0
-        self._next, self._next_fetched, self._next_view, self._error = None, Fetched(), None, None
+        self._next, self._next_fetched, self._next_view, self._next_built, self._error = \
+            None, Fetched(), None, None, None
         self.current = owned
         self.copy.evict(self.copy.entries(owned))
         if view is None:
@@ -90,11 +99,13 @@ class RoundFetcher:
         self._warmed = self._round.halo_rows if reach is not None else 0  # what the next round expects
         return view
 
-    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None, reach: Optional[Reach] = None) -> None:
+    def ahead(self, owned: Sequence[int], seconds: Optional[float] = None, reach: Optional[Reach] = None,
+              build: Optional[Build] = None) -> None:
         """Fetch the next round's data in the background, its chunk files spread over `seconds`
         from now (None: at once); called again for the same data, the budget is set anew.
         `reach(view)`: the global ids whose rows the round's steps may read, fetched ahead too
-        when its halo rows come as read (storage.haloRows: reachable)."""
+        when its halo rows come as read (storage.haloRows: reachable). `build(view)`: made once
+        the data is here, handed over by `take` as `built`."""
         owned = list(owned)
         if self._thread is not None:
             if owned == self._next and self._pace is not None:
@@ -114,17 +125,20 @@ class RoundFetcher:
         def run() -> None:
             try:
                 self.copy.fetch(owned, fetched, pace, expect)
+                view = self.copy.view(owned, fetched) if warm or build is not None else None
                 if warm:
-                    view = self.copy.view(owned, fetched)
                     ids = reach(view)
                     if ids is not None:
                         view.warm(ids, pace)
-                    self._next_view = view
                 pace.settle(0)
+                built = build(view) if build is not None else None
+                self._next_view, self._next_built = view, built
             except BaseException as err:  # noqa: BLE001 - reported by the next take
                 self._error = err
                 return
-            held = (self.copy.disk_bytes(exclude=current), fetched.memory_peak)  # the next round's, whole
+            # the next round's, whole: its folder, and the more of the fetch's buffers and what it built
+            held = (self.copy.disk_bytes(exclude=current),
+                    max(fetched.memory_peak, built.nbytes() if built is not None else 0))
             with self._lock:
                 self._completed = tuple(map(max, self._completed, held))
         self._thread = threading.Thread(target=run, name="grappa-prefetch", daemon=True)

@@ -90,7 +90,8 @@ class Strategy(ABC):
         owned = self.base + ([var] if var is not None else [])
         reach = (lambda view: self.reach(view, owned)) if self._warm_ahead else None
         source = self.store if self.fetcher is None else self.fetcher.take(owned, reach)
-        self.graph = g = build_local_graph(source, self.base, var)
+        built = self.fetcher.built if self.fetcher is not None else None
+        self.graph = g = built if built is not None else self.round_graph(source, var)
         coverage_sum = self.prepare_round(g)
         release_free_memory()
         if self.fetcher is not None:
@@ -122,7 +123,9 @@ class Strategy(ABC):
         if (epoch <= first and start - first > 1) or (not recent and left > 1):
             return
         reach = (lambda view: self.reach(view, owned)) if self._warm_ahead else None
-        self.fetcher.ahead(owned, (left - 1) * recent[(len(recent) - 1) // 2] if left > 1 else None, reach)
+        var = next((k for k in owned if k not in self.base), None)
+        self.fetcher.ahead(owned, (left - 1) * recent[(len(recent) - 1) // 2] if left > 1 else None, reach,
+                           lambda view: self.round_graph(view, var))
 
     def next_round(self, decision: RoundDecision) -> Optional[RoundDecision]:
         """The round after `decision`'s, as the aggregator (or the operator) will decide it, or
@@ -135,6 +138,12 @@ class Strategy(ABC):
             return None
         t = decision.round + 1
         return RoundDecision(t, round_seed(self.cfg.grappa.partition_seed, t), start)
+
+    def round_graph(self, source, var: Optional[int]) -> LocalGraph:
+        """The round's local graph from `source` (the store, or the round's fetched view), and
+        what a strategy derives from it alone (`LocalGraph.ahead`). With a fetch ahead it runs in
+        the background thread, so it touches no state of the current round."""
+        return build_local_graph(source, self.base, var)
 
     def reach(self, view, owned: Sequence[int]) -> Optional[np.ndarray]:
         """Global ids of the nodes whose feature rows the steps of the round of `owned` (read

@@ -77,8 +77,13 @@ class GrappaStrategy(Strategy):
         self.cov = self.blocks = self.x = self.seed_rows = self.sampler = self.cut = self.csr = None
         self.pos = self.cov_e = self.negatives = None
 
+    def round_graph(self, source, var) -> LocalGraph:
+        g = super().round_graph(source, var)
+        g.ahead["coverage"] = coverage(g.indptr, g.indices, g.complete, self.cfg.model.layers).to(torch.float32)
+        return g
+
     def prepare_round(self, g: LocalGraph) -> float:
-        self.cov = coverage(g.indptr, g.indices, g.complete, self.cfg.model.layers).to(torch.float32)
+        self.cov = g.ahead.pop("coverage")
         halo = self.halo_mode()
         self.cut = cut_estimate(g) if halo == "self" else None
         self.csr = with_owned_in_edges(g) if halo == "neighbours" else None
