@@ -382,8 +382,9 @@ def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepa
     direct = build_local_graph(ChunkStore(cfg.store_path), base, var2)
     assert_same_graph(direct, build_local_graph(taken["view"], base, var2))
     # the graph the fetch ahead built is handed over, and was counted while it was held
-    assert_same_graph(direct, fetcher.built)
-    assert got["prefetch_memory"] >= fetcher.built.nbytes() > 0
+    built = fetcher.hand_over()
+    assert_same_graph(direct, built)
+    assert got["prefetch_memory"] >= built.nbytes() > 0 and fetcher.hand_over() is None  # given once
     fetcher.close(remove=True)
 
 

@@ -13,7 +13,7 @@ With storage.haloRows reachable (rows otherwise fetched as read), the fetch ahea
 next round's graph and brings the halo rows its seeds can reach (the strategy's `reach`), so its
 steps read none from the store. Given `build`, the fetch ahead ends by building the next round's
 local graph from its data (the strategy's `round_graph`), so the epoch that starts the round does
-not: `built` hands it over at `take`; it is held beside the current round's until then, and
+not: `hand_over` gives it after `take`; it is held beside the current round's until then, and
 counted in prefetch_memory. A `take` for
 anything else (a schedule that changed) fetches on demand, as `take` does when nothing was
 fetched ahead (storage.fetch: on-demand).
@@ -61,7 +61,7 @@ class RoundFetcher:
         self._next_fetched = Fetched()
         self._next_view: Optional[LocalView] = None  # the next round's, its reachable rows warmed
         self._next_built = None  # what `build` made of the next round's view
-        self.built = None  # ... handed over by `take` for the round it starts (None: build it now)
+        self._built = None  # ... kept by `take` for the round it starts, until `hand_over`
         self._warmed = 0  # bytes of rows the current round's view had warmed ahead
         self._thread: Optional[threading.Thread] = None
         self._pace: Optional[Pace] = None
@@ -75,10 +75,10 @@ class RoundFetcher:
         `reach` as for `ahead`: a round not fetched ahead brings its reachable rows now."""
         owned = list(owned)
         self._join()  # at full speed: the round starts now
-        view, self.built = None, None
+        view, self._built = None, None
         if self._next == owned and self._error is None:
             self._round, self._round_ahead = self._next_fetched, self._next_fetched.total
-            view, self.built = self._next_view, self._next_built
+            view, self._built = self._next_view, self._next_built
         else:
             if self._error is not None:  # fetching now raises it again if it was about this round
                 if self._next == owned:
@@ -99,13 +99,19 @@ class RoundFetcher:
         self._warmed = self._round.halo_rows if reach is not None else 0  # what the next round expects
         return view
 
+    def hand_over(self):
+        """What the fetch ahead built for the round `take` started (None: nothing; build it from
+        the view), given once: the fetcher keeps no reference to it."""
+        built, self._built = self._built, None
+        return built
+
     def ahead(self, owned: Sequence[int], seconds: Optional[float] = None, reach: Optional[Reach] = None,
               build: Optional[Build] = None) -> None:
         """Fetch the next round's data in the background, its chunk files spread over `seconds`
         from now (None: at once); called again for the same data, the budget is set anew.
         `reach(view)`: the global ids whose rows the round's steps may read, fetched ahead too
         when its halo rows come as read (storage.haloRows: reachable). `build(view)`: made once
-        the data is here, handed over by `take` as `built`."""
+        the data is here, given by `hand_over` after the round's `take`."""
         owned = list(owned)
         if self._thread is not None:
             if owned == self._next and self._pace is not None:

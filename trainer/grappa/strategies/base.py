@@ -90,7 +90,7 @@ class Strategy(ABC):
         owned = self.base + ([var] if var is not None else [])
         reach = (lambda view: self.reach(view, owned)) if self._warm_ahead else None
         source = self.store if self.fetcher is None else self.fetcher.take(owned, reach)
-        built = self.fetcher.built if self.fetcher is not None else None
+        built = self.fetcher.hand_over() if self.fetcher is not None else None
         self.graph = g = built if built is not None else self.round_graph(source, var)
         coverage_sum = self.prepare_round(g)
         release_free_memory()
