@@ -110,6 +110,7 @@ def round_bytes(rec: dict) -> dict:
     fetched = [sum(r["worker_bytes"].get("fetched", [])) for r in rounds]
     ahead = [sum(r["worker_bytes"].get("fetched_ahead", [])) for r in rounds]
     per_worker = [b for r in rounds for b in r["worker_bytes"].get("fetched", [])]
+    later = [b for r in rounds if r["round"] > 0 for b in r["worker_bytes"].get("fetched", [])]
     rows = [b for r in rounds for b in r["worker_bytes"].get("fetched_rows", [])]
     as_read = [b for r in rounds for b in r["worker_bytes"].get("fetched_on_demand", [])]
     reused = [b for r in rounds for b in r["worker_bytes"].get("fetched_reused", [])]  # none in older jobs
@@ -119,6 +120,7 @@ def round_bytes(rec: dict) -> dict:
             "fetched_per_round": fetched, "fetched_mean": statistics.mean(fetched) if fetched else None,
             "ahead_share": sum(ahead) / sum(fetched) if fetched and sum(fetched) else None,
             "per_worker_mean": statistics.mean(per_worker) if per_worker else None,
+            "later_per_worker_mean": statistics.mean(later) if later else None,
             "rows_per_worker_mean": statistics.mean(rows) if rows else None,
             "as_read_share": sum(as_read) / sum(rows) if rows and sum(rows) else None,
             "reused_per_worker_mean": statistics.mean(reused) if reused else None,
@@ -154,7 +156,7 @@ def cell_rows(runs: dict) -> list[dict]:
         row["boundaries"] = med(f["boundaries"] for f in gf)
         row["distdgl_mean"] = med(f["mean"] for f in df)
         row["ratio"] = row["distdgl_mean"] / row["mean"] if row["mean"] and row["distdgl_mean"] else None
-        for name in ("link_mean", "fetched_mean", "per_worker_mean", "rows_per_worker_mean",
+        for name in ("link_mean", "fetched_mean", "per_worker_mean", "later_per_worker_mean", "rows_per_worker_mean",
                      "reused_per_worker_mean", "as_read_share",
                      "ahead_share", "prefetch_memory_peak", "local_disk_peak"):
             row[name] = med(b[name] for b in rb)
@@ -182,12 +184,15 @@ def cell_rows(runs: dict) -> list[dict]:
 
 def storage_projection(row: dict, p_to: int = PROJECT_P) -> Optional[dict]:
     """PROJECTION (cluster_model.storage_round): the storage link's seconds per round at p_to
-    workers, from the measured bytes each worker fetched per round, against the round's training
-    time at the measured P (every x steady epoch), which a prefetch can hide it behind."""
+    workers, from the measured bytes each worker fetched per round after the first (round 0 is the
+    job's start, with no round before it to hide behind; a job of one round: its own), against
+    the round's training time at the measured P (every x steady epoch), which a prefetch can hide
+    it behind."""
     rate = PRESETS.get(row["preset"])
-    if row["per_worker_mean"] is None or rate is None or row["steady"] is None or row["store"] != "s3":
+    per_worker = row.get("later_per_worker_mean") or row["per_worker_mean"]
+    if per_worker is None or rate is None or row["steady"] is None or row["store"] != "s3":
         return None
-    seconds = cm.storage_round_seconds(row["per_worker_mean"], p_to, rate_bytes_per_s(rate))
+    seconds = cm.storage_round_seconds(per_worker, p_to, rate_bytes_per_s(rate))
     train = row["every"] * row["steady"]
     return {"p": p_to, "link_seconds": seconds, "round_train_seconds": train,
             "exposed_per_epoch": cm.exposed_store_seconds(seconds, train, row["every"])}
@@ -231,15 +236,16 @@ def main_table(rows: list[dict]) -> list[str]:
 
 def store_table(rows: list[dict]) -> list[str]:
     md = ["| cell | storage link MB per round | workers' fetched MB per round (all) | per worker per round MB | "
+          "per worker per round after the first MB | "
           "of it halo feature rows MB | from the folder MB | rows fetched as read | fetched ahead | "
           "peak prefetch memory MB | peak local folder MB | storage link MB after training |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["grappa"]:
             continue
         ahead, as_read = ("–" if r[k] is None else f"{100 * r[k]:.0f}%" for k in ("ahead_share", "as_read_share"))
         md.append(f"| {label(r)} ({r['store']}) | {mb(r['link_mean'])} | {mb(r['fetched_mean'])} | "
-                  f"{mb(r['per_worker_mean'])} | {mb(r['rows_per_worker_mean'])} | "
+                  f"{mb(r['per_worker_mean'])} | {mb(r['later_per_worker_mean'])} | {mb(r['rows_per_worker_mean'])} | "
                   f"{mb(r['reused_per_worker_mean'])} | {as_read} | {ahead} | "
                   f"{mb(r['prefetch_memory_peak'])} | "
                   f"{mb(r['local_disk_peak'])} | {mb(r['after_storage'])} |")
@@ -413,7 +419,8 @@ def projection_lines(rows: list[dict]) -> list[str]:
     md = ["", f"## PROJECTION: the storage link at P = {PROJECT_P}", "",
           "**A projection of `bench/cluster_model.py`, not a measurement**: the storage machine's one link "
           "carries every worker's round fetch, so at P workers a round's store traffic takes P x (bytes a worker "
-          "fetched per round, as measured) ÷ rate, the per-worker bytes kept as measured (a worker's chunks "
+          "fetched per round after the first, as measured: round 0 is the job's start, with no round to hide "
+          "behind) ÷ rate, the per-worker bytes kept as measured (a worker's chunks "
           "shrink with P, its halo does not). Beside it, the round's training time at the measured P, behind "
           "which the prefetch can hide it; what it leaves uncovered, per epoch of the round, is the last "
           f"column (at P = {PROJECT_P} a round's training is shorter than at the measured P: an optimistic cover).", "",
@@ -475,7 +482,8 @@ def render(runs: dict, out: Path) -> Path:
            "Storage link: the storage machine's sent + received bytes by the kernel's counters over a round's "
            "epochs (set-up included; with prefetch a round's epochs carry the next round's fetch), mean over the "
            "job's rounds. Workers' fetched: their own count of the store bytes each round's fetch read (report.json "
-           "`store_reads`), summed over workers, mean over rounds; per worker: the mean over workers and rounds; "
+           "`store_reads`), summed over workers, mean over rounds; per worker: the mean over workers and rounds, "
+           "and the same mean over the rounds after the first (round 0 copies the base chunks, once a job); "
            "of it the halo's feature rows (per worker per round), and the share of those fetched as the steps "
            "first read them (a mini-batch round's: the rest of its data comes at its start or ahead); "
            "from the folder (per worker per round, not in what was fetched): the store bytes the worker's folder "

@@ -90,6 +90,7 @@ def test_store_bytes_per_round(mods):
     assert b["link_mean"] == pytest.approx(5e6)
     assert b["fetched_per_round"] == [1e7, 4e6, 2e6] and b["fetched_mean"] == pytest.approx(16e6 / 3)
     assert b["per_worker_mean"] == pytest.approx(16e6 / 6)
+    assert b["later_per_worker_mean"] == pytest.approx(6e6 / 4)  # rounds 1 and 2: round 0's copy left out
     assert b["ahead_share"] == pytest.approx(7e6 / 16e6)
     assert b["prefetch_memory_peak"] == 3e6 and b["local_disk_peak"] == 9e6
     assert b["reused_per_worker_mean"] is None  # a job from before the folder's rows were counted
@@ -142,6 +143,9 @@ def test_the_storage_link_projection(mods):
     p = rs.storage_projection(row)
     assert p["link_seconds"] == pytest.approx(64 * 2e6 / 125e6) and p["round_train_seconds"] == 2.0
     assert rs.storage_projection({**row, "store": "local"}) is None
+    # the rounds after the first, when measured: round 0's chunk copies are the job's start
+    later = rs.storage_projection({**row, "later_per_worker_mean": 5e5})
+    assert later["link_seconds"] == pytest.approx(64 * 5e5 / 125e6)
 
 
 def test_cpu_per_epoch_by_who_spent_it(mods):

@@ -40,6 +40,23 @@ def spans(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(first, dtype=np.int64) - starts, lengths) + np.arange(int(lengths.sum()))
 
 
+def _copy_runs(out: np.ndarray, to: np.ndarray, x: np.ndarray, frm: np.ndarray, n: np.ndarray) -> None:
+    """out[to[i]:to[i] + n[i]] = x[frm[i]:frm[i] + n[i]] for every i: long runs as slices (a copy
+    of memory), the others by their row numbers, a bounded batch of rows at a time."""
+    row = x.strides[0]
+    step = max(1, _BATCH_BYTES // row)
+    long = n * row >= _SLICE_BYTES
+    for t, f, m in zip(to[long].tolist(), frm[long].tolist(), n[long].tolist()):
+        for a in range(0, m, step):
+            b = min(m, a + step)
+            out[t + a:t + b] = x[f + a:f + b]
+    to, frm, n = to[~long], frm[~long], n[~long]
+    batch = (np.cumsum(n) - n) * row // _BATCH_BYTES
+    for b in np.unique(batch).tolist():
+        sel = batch == b
+        out[spans(to[sel], n[sel])] = x[spans(frm[sel], n[sel])]
+
+
 class HeldRuns:
     """Store rows of each chunk held in a worker's folder: whole chunk copies and halos' runs."""
 
@@ -79,17 +96,7 @@ class HeldRuns:
     def fill(self, k: int, out: np.ndarray) -> None:
         """Copy every row of chunk k the folder holds into out (the chunk's rows, out[r] = row r)."""
         for first, end, x, pos in self._sources.get(k, ()):
-            n = end - first
-            long = n * x.strides[0] >= _SLICE_BYTES  # copied as slices, a few at most per slab
-            for f, e, p in zip(first[long].tolist(), end[long].tolist(), pos[long].tolist()):
-                for a in range(f, e, max(1, _BATCH_BYTES // x.strides[0])):
-                    b = min(e, a + max(1, _BATCH_BYTES // x.strides[0]))
-                    out[a:b] = x[p + a - f:p + b - f]
-            first, n, pos = first[~long], n[~long], pos[~long]
-            batch = (np.cumsum(n) - n) * x.strides[0] // _BATCH_BYTES  # rows copied at once, bounded
-            for b in np.unique(batch).tolist():
-                m = batch == b
-                out[spans(first[m], n[m])] = x[spans(pos[m], n[m])]
+            _copy_runs(out, first, x, pos, end - first)
 
     def take(self, k: int, lo: np.ndarray, hi: np.ndarray, out: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Copy rows lo[i]..hi[i] of chunk k into out[at[i]:], for every run i one source holds
@@ -100,11 +107,7 @@ class HeldRuns:
             i = np.searchsorted(first, lo[left], "right") - 1
             ok = (i >= 0) & (end[np.maximum(i, 0)] >= hi[left])
             sel, i = left[ok], i[ok]
-            n = hi[sel] - lo[sel]
-            batch = (np.cumsum(n) - n) * x.strides[0] // _BATCH_BYTES  # rows copied at once, bounded
-            for b in np.unique(batch).tolist():
-                m = batch == b
-                out[spans(at[sel[m]], n[m])] = x[spans(pos[i[m]] + lo[sel[m]] - first[i[m]], n[m])]
+            _copy_runs(out, at[sel], x, pos[i] + lo[sel] - first[i], hi[sel] - lo[sel])
             done[sel] = True
         return done
 
