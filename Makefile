@@ -148,8 +148,8 @@ bench-peer: venv peer-env
 # (storage.haloRows as-read, reachable) on Physics' sparse store at P = 8, every 10. Needs root and
 # hack/seaweedfs.sh's weed (built by the first line if missing: Go and the module proxy). Each line resumes.
 bench-peer-store: venv peer-env
-	$(PY) bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets coauthor-physics,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
-	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
+	$(PY) bench/peer.py --store s3 --rounds-every 2 --epochs 5 --datasets coauthor-physics,coauthor-physics-auto,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
+	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics,coauthor-physics-auto,coauthor-physics-sparse,rmat,rmat-20 --partitions 8,4 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
 	$(PY) bench/peer.py --store s3 --rounds-every 10 --epochs 21 --datasets coauthor-physics-sparse-as-read,coauthor-physics-sparse-reach --partitions 8 --presets 1gbit --layers 3 --repeats 1 --systems grappa,distdgl
 
 clean-data:

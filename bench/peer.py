@@ -57,10 +57,15 @@ from render_peer import QUIET_LOAD, best_val_test, render  # noqa: E402
 RESULTS = ROOT / "docs" / "results"
 SHOWN = ("epoch_seconds", "kernel_bytes_per_epoch", "test_acc", "error")  # printed per run
 DATASETS = {
-    "coauthor-physics": {"name": "coauthor-physics"},
+    # float32 rows (33.7 KB), as this cell has always been measured; featureDtype auto (the
+    # default) would store sparse rows, as the next cells do
+    "coauthor-physics": {"name": "coauthor-physics", "featureDtype": "float32"},
     # the same graph, Grappa's store keeping its word counts as sparse rows (dataset.featureDtype:
     # sparse); DistDGL reads the same float32 features as for coauthor-physics
     "coauthor-physics-sparse": {"name": "coauthor-physics", "featureDtype": "sparse"},
+    # the store a Physics job gets by default: featureDtype auto picks the encoding (its runs
+    # record which: store_encoding)
+    "coauthor-physics-auto": {"name": "coauthor-physics"},
     # and with the halo's rows fetched as the steps read them (STORAGE), not whole each round
     "coauthor-physics-sparse-as-read": {"name": "coauthor-physics", "featureDtype": "sparse"},
     # and with the halo rows the next round's seeds can reach fetched ahead with it (the rest as read)

@@ -29,6 +29,8 @@ from typing import Optional
 
 import peer as pb
 from grappa.config import TrainConfig, config_with, dump_config
+from grappa.data.store.feature_codec import codec_of
+from grappa.data.store.manifest import read_manifest
 from probe import Probe
 from render_peer import QUIET_LOAD
 from render_peer_store import render, starts_round
@@ -129,7 +131,9 @@ def run_cell(peer: pb.Peer, system: str, dataset: str, p: int, layers: int, pres
     return {**rec, "store": store, "rounds_every": every, "wall_seconds": time.perf_counter() - t0,
             "network_tag": net.tag, "fanouts": cfg.fanouts, "load_before": load_before, "load_after": pb.load_now(),
             "quiet_limit": quiet, "batch_size": cfg.training.batch_size,
-            "train_nodes": int(peer.graph(dataset)[0].train_mask.sum())}
+            "train_nodes": int(peer.graph(dataset)[0].train_mask.sum()),
+            # how the store keeps the features (featureDtype auto records its choice)
+            "store_encoding": codec_of(read_manifest(cfg.store_path)).encoding}
 
 
 def measure(args, runs: dict, runs_path: Path, peer: pb.Peer) -> None:

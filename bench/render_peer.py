@@ -31,6 +31,7 @@ LABEL = {"grappa": "Grappa", "grappa-star": "Grappa, previous star exchange", "d
 TARGETS = {("coauthor-physics", 8, "1gbit"): 2.5, ("rmat", 8, "1gbit"): 2.0}
 SCALARS = 5  # float32 scalars in a step message (runtime/exchange.py)
 SHORT = {"coauthor-physics": "Physics", "coauthor-physics-sparse": "Physics (sparse store)",
+         "coauthor-physics-auto": "Physics (default store)",
          "coauthor-physics-sparse-as-read": "Physics (sparse store, halo rows as read)",
          "coauthor-physics-sparse-reach": "Physics (sparse store, reachable halo rows ahead)",
          "rmat": "RMAT-17", "rmat-20": "RMAT-20"}

@@ -185,12 +185,15 @@ class DatasetConfig(Section):
                           "folder of .npy files; name=tables: the folder the tables' paths are relative "
                           "to (relative paths: under root).")
     split_seed: int = Field(0, ge=0, description="Seed of the split for datasets without a public one.")
-    feature_dtype: Literal["float32", "float16", "binary", "sparse"] = Field(
-        "float32", description="How the chunk store keeps features, on disk, in the page cache and "
-                               "on the store's link: float16 halves them; binary packs features "
-                               "that are all 0 or 1 eight to a byte; sparse keeps each row's "
-                               "non-zero (column, value) pairs, padded to the fullest row, for "
-                               "mostly-zero features such as word counts. Workers compute in float32.")
+    feature_dtype: Literal["auto", "float32", "float16", "binary", "sparse"] = Field(
+        "auto", description="How the chunk store keeps features, on disk, in the page cache and "
+                            "on the store's link. auto (default): the smallest lossless one of "
+                            "binary, sparse (only where it at least halves the bytes) and float32, "
+                            "chosen by one read of the features. float16 halves them (and their "
+                            "precision); binary packs features that are all 0 or 1 eight to a "
+                            "byte; sparse keeps each row's non-zero (column, value) pairs, padded "
+                            "to the fullest row, for mostly-zero features such as word counts. "
+                            "Workers compute in float32.")
     add_inverse_edges: Optional[bool] = Field(
         None, description="ogbn-*, ogbl-*, arrays and tables: also store the reverse of every edge "
                           "(default: OGB's own choice per dataset; false for arrays and tables).")

@@ -11,6 +11,10 @@ with them the store's disk, page cache and link (what a worker fetches each roun
   values stay float32. Coauthor-Physics (8,415 word counts, at most 335 non-zero in a row):
   2,010 bytes instead of 33,660.
 
+`auto` (the default) picks the smallest of the lossless ones from one read of the features:
+binary where every value is 0 or 1, sparse where the (column, value) pairs take at most half of
+float32's bytes, else float32 (`choose_encoding`). float16 loses precision, so only a user picks it.
+
 Whatever the encoding, x.npy stays a 2-D array of fixed-size rows ([n_k, columns]), so fetching,
 copying and counting rows work on stored rows unchanged; a reader that needs values wraps them in
 `Codec.view` and gets float32 [.., f] by indexing. What crosses the store's link and what the
@@ -24,7 +28,8 @@ from typing import Any, Iterable
 import numpy as np
 
 ENCODINGS = ("float32", "float16", "binary", "sparse")
-BINARY, SPARSE = "binary", "sparse"
+BINARY, SPARSE, AUTO = "binary", "sparse", "auto"
+LOSSLESS = ("float32", BINARY, SPARSE)  # what auto may choose: the values read back are the input's
 _VALUE = np.dtype("<f4")  # a sparse entry's value
 
 
@@ -152,3 +157,21 @@ def not_binary(x: np.ndarray) -> np.ndarray:
 def sparse_width(blocks: Iterable[np.ndarray]) -> int:
     """The most non-zero features in any row of `blocks` (at least 1: a row is never empty)."""
     return max([1] + [int(np.count_nonzero(x, axis=1).max()) for x in blocks if x.shape[0]])
+
+
+def choose_encoding(blocks: Iterable[np.ndarray], num_features: int) -> Codec:
+    """What `auto` stores: the lossless codec with the fewest bytes a row, binary on a tie with
+    sparse (no scatter to decode). Stops reading once neither binary nor sparse can win."""
+    f = num_features
+    float32 = Codec("float32", f)
+    binary, width = f > 0, 1
+    for x in blocks:
+        if not x.shape[0]:
+            continue
+        binary = binary and not not_binary(x).any()
+        width = max(width, int(np.count_nonzero(x, axis=1).max()))
+        if not binary and 2 * Codec(SPARSE, f, width).row_bytes > float32.row_bytes:
+            return float32
+    sparse = Codec(SPARSE, f, width)
+    options = ([Codec(BINARY, f)] if binary else []) + ([sparse] if 2 * sparse.row_bytes <= float32.row_bytes else [])
+    return min(options, key=lambda c: c.row_bytes, default=float32)

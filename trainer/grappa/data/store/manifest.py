@@ -9,8 +9,9 @@ Layout of a store folder:
     chunk-<k>/indices.npy    [E_k] global source ids of every in-edge of the chunk's nodes,
                              sorted by (destination, source); no duplicates, no self-loops
     chunk-<k>/x.npy          [n_k, f] float32 or float16, or with dataset.featureDtype binary or
-                             sparse uint8 rows encoding them (feature_codec.py; the manifest then
-                             has "feature_encoding", and for sparse "sparse_width")
+                             sparse (or auto choosing them) uint8 rows encoding them
+                             (feature_codec.py; the manifest then has "feature_encoding", and for
+                             sparse "sparse_width")
     chunk-<k>/y.npy          [n_k] int32 label, -1 = unlabelled
     chunk-<k>/split.npy      [n_k] uint8: 0 none, 1 train, 2 val, 3 test
     link/*.npy               task link-prediction only: the supervision edges and the
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from grappa.data.errors import ChunkStoreError
+from grappa.data.store.feature_codec import AUTO, LOSSLESS, codec_of
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -94,9 +96,23 @@ def is_prepared(out_dir: str | Path, source: dict, num_chunks: int, seed: int) -
     return True
 
 
+def _as_stored(source: dict, manifest: dict) -> dict:
+    """`source` with its featureDtype read as the store's where both mean the same store: auto
+    takes any lossless encoding (a store from before auto was the default holds float32), and a
+    store auto wrote is the encoding it chose."""
+    have = (manifest.get("source") or {}).get("feature_dtype")
+    want = source.get("feature_dtype")
+    if have == want or have is None or want is None or "num_features" not in manifest:
+        return source
+    stored = codec_of(manifest).encoding
+    if (want == AUTO and stored in LOSSLESS) or (have == AUTO and want == stored):
+        return {**source, "feature_dtype": have}
+    return source
+
+
 def check_identity(manifest: dict, source: dict, num_chunks: int, seed: int, where: str, fix: str) -> None:
     """Raise naming the first field where `manifest` is not the store asked for, and `fix`."""
-    want = identity(source, num_chunks, seed)
+    want = identity(_as_stored(source, manifest), num_chunks, seed)
     for field, value in want.items():
         have = manifest.get(field)
         if have != value:

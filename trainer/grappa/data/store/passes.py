@@ -33,11 +33,12 @@ class Plan:
     num_chunks: int
     seed: int
     id_dtype: np.dtype
-    feature_dtype: str  # a feature_codec encoding
+    feature_dtype: str  # a feature_codec encoding (auto already resolved)
     range_bits: int
     block_edges: int
     staging: Path
     spill: Path
+    sparse_width: int = 0  # sparse: found already when auto chose it (0: node_pass finds it)
 
     @property
     def assignment(self) -> ChunkAssignment:
@@ -54,7 +55,9 @@ def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, 
     assign = plan.assignment
     f = source.num_features
     # sparse rows are as wide as the fullest row: one more read of the features finds it
-    width = sparse_width(b.x for b in source.node_blocks(plan.block_rows)) if plan.feature_dtype == SPARSE else 0
+    width = 0
+    if plan.feature_dtype == SPARSE:
+        width = plan.sparse_width or sparse_width(b.x for b in source.node_blocks(plan.block_rows))
     codec = Codec(plan.feature_dtype, f, width)
     writers: dict[str, list[NpyWriter]] = {"x.npy": [], "split.npy": [], "y.npy": []}
     for k in range(plan.num_chunks):

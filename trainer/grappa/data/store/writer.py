@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections import deque
@@ -30,7 +31,7 @@ from grappa.data.errors import ChunkStoreError, DatasetError
 from grappa.data.sources.base import GraphSource
 from grappa.data.sources.checks import check_label_gaps
 from grappa.data.store.assign import ChunkAssignment
-from grappa.data.store.feature_codec import ENCODINGS, Codec
+from grappa.data.store.feature_codec import AUTO, ENCODINGS, Codec, choose_encoding
 from grappa.data.store.finalise import RangeResult, RangeTask, finalise_range
 from grappa.data.store.manifest import (
     CHUNK_OF, LINK_DIR, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest
@@ -140,10 +141,10 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
     try:
         staged = source.stage(staging, staging / ".spill" / "stage", block_edges)
         ChunkAssignment(source.num_nodes, num_chunks, seed)
-        encoding = feature_dtype if feature_dtype in ENCODINGS else np.dtype(feature_dtype).name
-        plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), encoding,
+        codec = _encoding(source, feature_dtype, block_edges, progress)
+        plan = Plan(source.num_nodes, num_chunks, seed, id_dtype(source.num_nodes), codec.encoding,
                     plan_range_bits(source.num_nodes, source.stored_edges_estimate, block_edges),
-                    block_edges, staging, staging / ".spill")
+                    block_edges, staging, staging / ".spill", sparse_width=codec.width)
         nworkers = default_workers(source, block_edges, workers)
         counters = Counters(multiprocessing.get_context("spawn"))
         _init_worker(counters)
@@ -173,6 +174,28 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
+
+
+def _encoding(source: GraphSource, feature_dtype: str, block_edges: int, progress: bool) -> Codec:
+    """The codec x.npy is written with: the one asked for, or auto's choice (one read of the
+    features, feature_codec.choose_encoding), said on stderr since it sets the store's bytes."""
+    f = source.num_features
+    if feature_dtype != AUTO:
+        return Codec(feature_dtype if feature_dtype in ENCODINGS else np.dtype(feature_dtype).name, f)
+    from grappa.util.progress_bar import progress_bar
+
+    def blocks(bar):
+        for b in source.node_blocks(max(1024, block_edges // 16)):  # as Plan.block_rows
+            yield b.x
+            bar.update(b.x.shape[0])
+
+    with progress_bar(source.num_nodes, "prepare: choose the feature encoding", "node",
+                      disable=not progress) as bar:
+        codec = choose_encoding(blocks(bar), f)
+    if progress:
+        print(f"prepare: dataset.featureDtype auto stores features as {codec.encoding} "
+              f"({codec.row_bytes:,} bytes a row; float32: {4 * f:,})", file=sys.stderr, flush=True)
+    return codec
 
 
 def _read_pass(runner, source: GraphSource, plan: Plan, nworkers: int, counters: Counters,
