@@ -1,5 +1,6 @@
 """data/held_runs.py: the rows a worker's folder holds, checked against a brute-force copy."""
 import numpy as np
+import pytest
 
 from grappa.data import held_runs
 from grappa.data.held_runs import HeldRuns
@@ -57,3 +58,41 @@ def test_take_rows_copies_each_row_a_source_holds_and_says_which(tmp_path, monke
         np.testing.assert_array_equal(out[at[got]], store[k][rows[got]])
         assert np.isnan(out[at[~got]]).all()
     assert not held.take_rows(3, np.arange(5), np.zeros((5, 8), np.float32), np.arange(5)).any()
+
+
+@pytest.mark.parametrize("kernel", ["copies", "refuses"])
+def test_long_runs_between_files_are_copied_by_the_kernel_or_else_by_numpy(tmp_path, monkeypatch, kernel):
+    import errno
+    import os
+
+    monkeypatch.setattr(held_runs, "_SLICE_BYTES", 64)  # runs of 2 rows and more: long
+    rng = np.random.default_rng(2)
+    store = {k: rng.standard_normal((40, 8)).astype(np.float32) for k in range(2)}
+    write_halo(tmp_path / "a", store, [(1, 0, 1), (1, 3, 12), (1, 20, 40)])
+    held = HeldRuns()
+    held.add_halo(tmp_path / "a")  # a file's rows
+    held.add_chunk(0, store[0])  # rows in memory: numpy's copy
+    calls = []
+
+    def copy_file_range(src, dst, count, offset_src, offset_dst):
+        calls.append(count)
+        if kernel == "refuses":
+            raise OSError(errno.EXDEV, "cross-device")
+        return real(src, dst, min(count, 40), offset_src, offset_dst)  # short copies: the loop resumes
+    real = os.copy_file_range
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    want = held.mask(1, 40)
+    for k in range(2):
+        out = np.lib.format.open_memmap(tmp_path / f"out-{k}.npy", mode="w+", dtype=np.float32, shape=(40, 8))
+        out[:] = np.nan
+        held.fill(k, out)
+        mask = want if k == 1 else np.ones(40, bool)
+        np.testing.assert_array_equal(out[mask], store[k][mask])
+        assert np.isnan(out[~mask]).all()
+        del out
+        np.testing.assert_array_equal(np.load(tmp_path / f"out-{k}.npy")[mask], store[k][mask])
+    # chunk 1's two long runs (9 and 20 rows of 32 bytes) went to the kernel, 40 bytes a call;
+    # refused at the first, every run was copied by numpy
+    assert calls == ([9 * 32 - 40 * i for i in range(8)] + [20 * 32 - 40 * i for i in range(16)]
+                     if kernel == "copies" else [9 * 32])
+    assert held_runs.file_rows(np.zeros((3, 2))) is None

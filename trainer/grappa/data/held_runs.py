@@ -22,6 +22,8 @@ the store, gaps included; they replace the bare rows, never add to them.
 """
 from __future__ import annotations
 
+import mmap
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -40,13 +42,48 @@ def spans(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(first, dtype=np.int64) - starts, lengths) + np.arange(int(lengths.sum()))
 
 
+def file_rows(a: np.ndarray) -> Optional[tuple[str, int]]:
+    """(file, byte offset of row 0) when `a` maps a whole .npy file (an np.memmap over its own
+    mmap, rows contiguous), else None."""
+    if isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename and a.flags.c_contiguous:
+        return a.filename, int(a.offset)
+    return None
+
+
+def _kernel_copy(out: np.ndarray, to: list[int], x: np.ndarray, frm: list[int], n: list[int]) -> int:
+    """Runs copied file to file by the kernel (os.copy_file_range) where both arrays map whole
+    files: no page of either mapping is touched, so none faults in (a fresh mapping's first touch
+    of a page costs a fault, which on some kernels costs more than copying the page). Returns how
+    many runs were copied, in order; the rest are left to the caller (no such files, or a file
+    system that cannot)."""
+    src, dst = file_rows(x), file_rows(out)
+    if not n or src is None or dst is None or out.strides[0] != x.strides[0] or not hasattr(os, "copy_file_range"):
+        return 0
+    row = x.strides[0]
+    with open(src[0], "rb") as fi, open(dst[0], "r+b") as fo:
+        for done, (t, f, m) in enumerate(zip(to, frm, n)):
+            left, a, b = m * row, src[1] + f * row, dst[1] + t * row
+            try:
+                while left:
+                    got = os.copy_file_range(fi.fileno(), fo.fileno(), left, a, b)
+                    if not got:  # the source ended early: let numpy's copy say so
+                        return done
+                    left, a, b = left - got, a + got, b + got
+            except OSError:  # e.g. EXDEV, EOPNOTSUPP: a partial run is copied again by the caller
+                return done
+    return len(n)
+
+
 def _copy_runs(out: np.ndarray, to: np.ndarray, x: np.ndarray, frm: np.ndarray, n: np.ndarray) -> None:
-    """out[to[i]:to[i] + n[i]] = x[frm[i]:frm[i] + n[i]] for every i: long runs as slices (a copy
-    of memory), the others by their row numbers, a bounded batch of rows at a time."""
+    """out[to[i]:to[i] + n[i]] = x[frm[i]:frm[i] + n[i]] for every i: long runs by the kernel
+    between the files (`_kernel_copy`) or as slices (a copy of memory), the others by their row
+    numbers, a bounded batch of rows at a time."""
     row = x.strides[0]
     step = max(1, _BATCH_BYTES // row)
     long = n * row >= _SLICE_BYTES
-    for t, f, m in zip(to[long].tolist(), frm[long].tolist(), n[long].tolist()):
+    runs = (to[long].tolist(), frm[long].tolist(), n[long].tolist())
+    copied = _kernel_copy(out, runs[0], x, runs[1], runs[2])
+    for t, f, m in list(zip(*runs))[copied:]:
         for a in range(0, m, step):
             b = min(m, a + step)
             out[t + a:t + b] = x[f + a:f + b]

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
 import uuid
@@ -91,6 +92,9 @@ class _Inline:
     def __enter__(self) -> "_Inline":
         return self
 
+    def exit_codes(self) -> list[int]:
+        return []
+
     def __exit__(self, *exc: object) -> None:
         pass
 
@@ -103,6 +107,11 @@ class _Workers(ProcessPoolExecutor):
     def __init__(self, count: int, counters: Counters) -> None:
         super().__init__(count, mp_context=multiprocessing.get_context("spawn"),
                          initializer=_init_worker, initargs=(counters,))
+
+    def exit_codes(self) -> list[int]:
+        """The exit codes of the worker processes that have ended."""
+        procs = list((self._processes or {}).values())  # no public way before 3.14
+        return [p.exitcode for p in procs if p.exitcode is not None]
 
     def __exit__(self, exc_type, *exc: object) -> bool:
         if exc_type is not None:
@@ -129,6 +138,11 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
     """Write the store for `source` and return its manifest. Idempotent: an existing store for the
     same `source_id`, K and seed is returned untouched; a different one raises ChunkStoreError.
     `extra` goes into the manifest as it is (e.g. the source files' fingerprints)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # spawn's own check reads it
+        # a prepare worker importing the unguarded script that called prepare: stop before its
+        # prepare clears the caller's staging folder as a leftover (the caller says why: _died)
+        raise ChunkStoreError("prepare was called while a worker process imported the script that "
+                              "started it (no `if __name__ == \"__main__\":` guard)")
     out_dir = Path(out_dir)
     if is_prepared(out_dir, source_id, num_chunks, seed):
         return read_manifest(out_dir)
@@ -155,10 +169,7 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
                 nodes_out, edges_read = _read_pass(runner, source, plan, nworkers, counters, progress, peaks)
                 files, stats = _finalise_pass(runner, source, plan, nworkers, counters, progress, peaks)
             except BrokenProcessPool:
-                raise ChunkStoreError(
-                    f"a prepare worker process died (killed for memory?) while writing {out_dir}; "
-                    f"lower prepare.blockEdges (now {block_edges}) or prepare.workers (now {nworkers}), "
-                    "or give the prepare more memory") from None
+                raise ChunkStoreError(_died(runner.exit_codes(), out_dir, block_edges, nworkers)) from None
         manifest = _manifest(source, plan, source_id, nodes_out, files, stats, edges_read)
         workers_peak = [v for pid, v in sorted(peaks.by_pid.items()) if pid != os.getpid()]
         manifest.update(staged)
@@ -196,6 +207,24 @@ def _encoding(source: GraphSource, feature_dtype: str, block_edges: int, progres
         print(f"prepare: dataset.featureDtype auto stores features as {codec.encoding} "
               f"({codec.row_bytes:,} bytes a row; float32: {4 * f:,})", file=sys.stderr, flush=True)
     return codec
+
+
+def _died(codes: list[int], out_dir: Path, block_edges: int, nworkers: int) -> str:
+    """Why a prepare worker process died, from the exit codes: killed (SIGKILL: the kernel's
+    out-of-memory killer, or a container's limit), or an error of its own (a worker starts by
+    importing the script that called prepare, which then starts a prepare of its own unless
+    guarded)."""
+    memory = (f"lower prepare.blockEdges (now {block_edges}) or prepare.workers (now {nworkers}), "
+              "or give the prepare more memory")
+    if -signal.SIGKILL in codes:
+        return f"a prepare worker process was killed (SIGKILL: out of memory?) while writing {out_dir}; {memory}"
+    failed = sorted({c for c in codes if c > 0})
+    if failed:
+        return (f"a prepare worker process exited with code {failed[0]} while writing {out_dir} (its "
+                "error is above). Prepare's worker processes start by importing the script that "
+                "called prepare: if that is your script, put the call under "
+                "`if __name__ == \"__main__\":`, or set prepare.workers: 1")
+    return f"a prepare worker process died (killed for memory?) while writing {out_dir}; {memory}"
 
 
 def _read_pass(runner, source: GraphSource, plan: Plan, nworkers: int, counters: Counters,
