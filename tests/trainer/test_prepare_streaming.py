@@ -257,23 +257,30 @@ def test_a_failing_worker_process_fails_the_prepare_cleanly(tmp_path, part, erro
     assert not workers, f"worker processes outlived the failed prepare: {workers}"
 
 
-def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
+@pytest.mark.parametrize("entry", ["prepare", "grappa.train"])
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path, entry):
     """Prepare's spawned workers import the script that called it: unguarded, each would run its
-    prepare, clearing the caller's staging folder; they stop at once and the caller names the fix."""
+    call again (a prepare clearing the caller's staging folder, a training claiming its run
+    folder); they stop at once and the caller names the fix."""
     write_arrays(tmp_path / "g")
+    dataset = {"name": "arrays", "path": str(tmp_path / "g"), "arrays": {"edges": ["edges-*.npy"]}}
+    store = tmp_path / "store"
     script = tmp_path / "unguarded.py"
-    script.write_text(
-        "from grappa.data.sources import open_source\n"
-        "from grappa.config import DatasetConfig\n"
-        "from grappa.data.store.writer import prepare\n"
-        f"cfg = DatasetConfig.model_validate({{'name': 'arrays', 'path': {str(tmp_path / 'g')!r}, "
-        "'arrays': {'edges': ['edges-*.npy']}})\n"
-        f"prepare(open_source(cfg), {str(tmp_path / 'store')!r}, 4, 0, {{'t': 1}}, workers=2, "
-        "block_edges=1024, progress=False)\n")
+    if entry == "prepare":
+        script.write_text(
+            "from grappa.config import DatasetConfig\n"
+            "from grappa.data.sources import open_source\n"
+            "from grappa.data.store.writer import prepare\n"
+            f"prepare(open_source(DatasetConfig.model_validate({dataset!r})), {str(store)!r}, 4, 0, "
+            "{'t': 1}, workers=2, block_edges=1024, progress=False)\n")
+    else:
+        config = {"dataset": dataset, "partitions": 2, "storeDir": str(store), "runDir": str(tmp_path / "run"),
+                  "prepare": {"workers": 2, "blockEdges": 1024}, "training": {"epochs": 1}}
+        script.write_text(f"import grappa\ngrappa.train({config!r}, progress=False)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert "exited with code 1" in last and 'if __name__ == "__main__":' in last and "prepare.workers: 1" in last
-    assert "while a worker process imported the script" in done.stderr  # each worker's own error
-    assert not (tmp_path / "store").exists() or not list((tmp_path / "store").iterdir())
+    assert f"{entry} was called while a worker process imported the script" in done.stderr  # each worker's
+    assert not store.exists() or not list(store.iterdir())

@@ -117,11 +117,19 @@ class TrainResult:
         return getattr(model, "net", model)
 
 
+def _refuse_in_a_spawned_import(what: str) -> None:
+    """A worker process importing an unguarded script runs none of its calls (util/spawned.py)."""
+    from grappa.util.spawned import importing_main, unguarded
+    if importing_main():
+        raise RuntimeError(unguarded(what))
+
+
 def train(config: ConfigLike = None, *, model: Union[str, Callable, None] = None,
           model_kwargs: Optional[dict] = None, code_path: Optional[str] = None,
           set: Optional[dict] = None, start_over: bool = False, progress: bool = True,
           **settings: Any) -> TrainResult:
     """Train as `grappa train` does; returns the report and the run's paths."""
+    _refuse_in_a_spawned_import("grappa.train")
     from grappa.app.cli import check_model, check_model_imports, claim_run_dir
     from grappa.data.store.preparation import prepare_store
     from grappa.runtime.local_job import LocalJob
@@ -159,6 +167,7 @@ class PredictResult:
 
 def _inference(command: str, model, config: ConfigLike, *, store, out, workers, code_path, progress,
                edges_per_block, set, **settings) -> PredictResult:
+    _refuse_in_a_spawned_import(f"grappa.{command}")
     from grappa.inference.bucket_model import is_bucket_model
     from grappa.inference.commands import infer, infer_from_bucket
     bucket = isinstance(model, str) and is_bucket_model(model)

@@ -42,6 +42,7 @@ from grappa.data.store.passes import Plan, edge_pass, node_pass
 from grappa.data.store.prepare_progress import Counters, PhaseBar
 from grappa.data.store.spill import plan_range_bits, spill_files
 from grappa.util.process_memory import peak_rss_bytes
+from grappa.util.spawned import GUARD, importing_main, unguarded
 
 MAX_DEFAULT_WORKERS = 4
 IDS_FILE = "node_ids.parquet"  # tables: the user's node ids in dense order (grappa.data.tables)
@@ -108,9 +109,15 @@ class _Workers(ProcessPoolExecutor):
         super().__init__(count, mp_context=multiprocessing.get_context("spawn"),
                          initializer=_init_worker, initargs=(counters,))
 
-    def exit_codes(self) -> list[int]:
-        """The exit codes of the worker processes that have ended."""
+    def exit_codes(self, wait: float = 5.0) -> list[int]:
+        """The worker processes' exit codes, once they have ended (a broken pool ends them all;
+        `wait` seconds in all). The pool's own thread reaps them too: a code it took first is
+        read from the process when it has set it."""
         procs = list((self._processes or {}).values())  # no public way before 3.14
+        deadline = time.monotonic() + wait
+        for p in procs:
+            while p.exitcode is None and time.monotonic() < deadline:
+                p.join(0.05)
         return [p.exitcode for p in procs if p.exitcode is not None]
 
     def __exit__(self, exc_type, *exc: object) -> bool:
@@ -138,11 +145,8 @@ def prepare(source: GraphSource, out_dir: str | Path, num_chunks: int, seed: int
     """Write the store for `source` and return its manifest. Idempotent: an existing store for the
     same `source_id`, K and seed is returned untouched; a different one raises ChunkStoreError.
     `extra` goes into the manifest as it is (e.g. the source files' fingerprints)."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):  # spawn's own check reads it
-        # a prepare worker importing the unguarded script that called prepare: stop before its
-        # prepare clears the caller's staging folder as a leftover (the caller says why: _died)
-        raise ChunkStoreError("prepare was called while a worker process imported the script that "
-                              "started it (no `if __name__ == \"__main__\":` guard)")
+    if importing_main():  # before this prepare clears the caller's staging folder as a leftover
+        raise ChunkStoreError(unguarded("prepare"))  # the caller says why it failed: _died
     out_dir = Path(out_dir)
     if is_prepared(out_dir, source_id, num_chunks, seed):
         return read_manifest(out_dir)
@@ -222,8 +226,8 @@ def _died(codes: list[int], out_dir: Path, block_edges: int, nworkers: int) -> s
     if failed:
         return (f"a prepare worker process exited with code {failed[0]} while writing {out_dir} (its "
                 "error is above). Prepare's worker processes start by importing the script that "
-                "called prepare: if that is your script, put the call under "
-                "`if __name__ == \"__main__\":`, or set prepare.workers: 1")
+                f"called prepare: if that is your script, put the call under `{GUARD}`, or set "
+                "prepare.workers: 1")
     return f"a prepare worker process died (killed for memory?) while writing {out_dir}; {memory}"
 
 
