@@ -25,6 +25,11 @@ from grappa.data.store.prepare_progress import Counters
 from grappa.data.store.spill import RangeSpill
 
 
+def block_rows(block_edges: int) -> int:
+    """Node rows per block: a node row costs about as much as 16 spilled edges."""
+    return max(1024, block_edges // 16)
+
+
 @dataclass
 class Plan:
     """What every pass needs to agree on (pickled to the worker processes)."""
@@ -46,8 +51,7 @@ class Plan:
 
     @property
     def block_rows(self) -> int:
-        """Node rows per block: a node row costs about as much as 16 spilled edges."""
-        return max(1024, self.block_edges // 16)
+        return block_rows(self.block_edges)
 
 
 def node_pass(source: GraphSource, plan: Plan, counters: Counters) -> dict[str, Any]:

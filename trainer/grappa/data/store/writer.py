@@ -38,7 +38,7 @@ from grappa.data.store.manifest import (
     CHUNK_OF, LINK_DIR, MANIFEST, chunk_dir, id_dtype, identity, is_prepared, read_manifest
 )
 from grappa.data.store.npywriter import NpyWriter
-from grappa.data.store.passes import Plan, edge_pass, node_pass
+from grappa.data.store.passes import Plan, block_rows, edge_pass, node_pass
 from grappa.data.store.prepare_progress import Counters, PhaseBar
 from grappa.data.store.spill import plan_range_bits, spill_files
 from grappa.util.process_memory import peak_rss_bytes
@@ -200,7 +200,7 @@ def _encoding(source: GraphSource, feature_dtype: str, block_edges: int, progres
     from grappa.util.progress_bar import progress_bar
 
     def blocks(bar):
-        for b in source.node_blocks(max(1024, block_edges // 16)):  # as Plan.block_rows
+        for b in source.node_blocks(block_rows(block_edges)):
             yield b.x
             bar.update(b.x.shape[0])
 
