@@ -78,10 +78,16 @@ def modelled_epoch_behind(machines: list[dict], system: str, rate_bytes_s: float
     rather than before or after them, as a prefetch from it does: the epoch is the longer of the
     others' modelled epoch and that machine's own CPU plus its link's bytes at the rate. The
     workers' side of its traffic stays on their links."""
+    return max(*split_behind(machines, system, rate_bytes_s, background))
+
+
+def split_behind(machines: list[dict], system: str, rate_bytes_s: float, background: int) -> tuple[float, float]:
+    """The two sides of `modelled_epoch_behind`: (the others' modelled epoch, machine
+    `background`'s CPU plus its link's bytes at the rate)."""
     rest = [m for i, m in enumerate(machines) if i != background]
     own = machines[background]
-    return max(modelled_epoch(rest, system, rate_bytes_s),
-               own["cpu_seconds"] + link_bytes(own, DUPLEX[system]) / rate_bytes_s)
+    return (modelled_epoch(rest, system, rate_bytes_s),
+            own["cpu_seconds"] + link_bytes(own, DUPLEX[system]) / rate_bytes_s)
 
 
 def seeds_per_step(n_train: int, machines: int, batch: int) -> float:

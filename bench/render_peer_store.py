@@ -92,6 +92,25 @@ def modelled_mean(rec: dict, preset: str, behind: bool = False) -> Optional[floa
     return statistics.mean(cm.modelled_epoch(e["machines"], rec["system"], rate) for e in after)
 
 
+def store_floor(rec: dict, preset: str) -> Optional[dict]:
+    """PROJECTION (cluster_model): the least a job's mean epoch could be were the workers' own cost of
+    the store (their fetch and build CPU, its bytes on their links) nothing, with the storage machine
+    as it was: each epoch after the first the longer of the job's steps at their cheapest (the least
+    modelled epoch of the machines but the storage one, over the job's epochs) and that epoch's
+    storage machine working beside them (its CPU plus its link's bytes at the rate), as the prefetch
+    runs. Also the storage machine's busiest epoch, split into its CPU and its link's seconds."""
+    after, rate, rank = later(rec), PRESETS.get(preset), rec.get("storage_rank")
+    if not after or rate is None or rank is None:
+        return None
+    rate = rate_bytes_per_s(rate)
+    sides = [cm.split_behind(e["machines"], rec["system"], rate, rank) for e in after]
+    steps = min(rest for rest, _ in sides)
+    busiest = max(range(len(after)), key=lambda i: sides[i][1])
+    cpu = after[busiest]["machines"][rank]["cpu_seconds"]
+    return {"steps": steps, "floor": statistics.mean(max(steps, own) for _, own in sides),
+            "storage_cpu": cpu, "storage_link": sides[busiest][1] - cpu}
+
+
 def machines_of(system: str, p: int, store: str) -> int:
     """Machines a cell's job occupies on a cluster: Grappa's aggregator is one more, and its
     storage machine (store s3) one more again; DistDGL's P machines also serve its partitions."""
@@ -174,6 +193,10 @@ def cell_rows(runs: dict) -> list[dict]:
         row["model"] = med(modelled_mean(r, preset) for r in g)
         row["model_behind"] = med(modelled_mean(r, preset, behind=True) for r in g)
         row["distdgl_model"] = med(modelled_mean(r, preset) for r in d)
+        floors = [f for f in (store_floor(r, preset) for r in g) if f is not None]
+        for name in ("steps", "floor", "storage_cpu", "storage_link"):
+            row[f"store_{name}"] = med(f[name] for f in floors)
+        row["floor_ratio"] = row["distdgl_model"] / row["store_floor"] if row["store_floor"] and row["distdgl_model"] else None
         cost = machines_of("distdgl", p, store) / machines_of("grappa", p, store)
         for name, grappa in (("model_ratio", row["model"]), ("behind_ratio", row["model_behind"])):
             row[name] = row["distdgl_model"] / grappa if grappa and row["distdgl_model"] else None
@@ -380,6 +403,41 @@ def store_free_lines(rows: list[dict]) -> list[str]:
     return md
 
 
+def floor_lines(rows: list[dict]) -> list[str]:
+    rows = [r for r in rows if r["floor_ratio"] is not None]
+    if not rows:
+        return []
+    md = ["", "## PROJECTION: what the storage machine leaves (cluster-time model)", "",
+          "**A projection of `bench/cluster_model.py` from the measured epochs, not a measurement**: how far "
+          "a cut in the workers' own cost of the store (their fetch and build CPU, its bytes on their links) "
+          "could take a cell, the storage machine kept as measured. Each epoch after the first is taken as the "
+          "longer of the job's steps at their cheapest (the least modelled epoch over the job's epochs, the "
+          "storage machine left out: no worker fetching, building or waiting) and that epoch's storage machine "
+          "working beside them (its CPU plus its link's bytes at the rate, as the prefetch runs); the mean of "
+          "those is the floor, and DistDGL's modelled mean over it the most Grappa's workers could reach. The "
+          "storage machine's busiest epoch is shown split into its CPU (SeaweedFS serving the round) and its "
+          "link. Medians over the cell's jobs.", "",
+          "| cell | steps at their cheapest s | storage machine, busiest epoch: CPU s + link s | floor s | "
+          "**DistDGL ÷ Grappa at most (model)** | DistDGL ÷ Grappa now (model, behind) | target (P = 8) |",
+          "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for r in rows:
+        t = RATIO_TARGETS.get(r["dataset"]) if r["p"] == 8 and r["preset"] == "1gbit" else None
+        target = "–" if t is None else f"≥ {t:.0f}x: " + ("reachable" if r["floor_ratio"] >= t else "out of reach")
+        md.append(f"| {label(r)} ({r['store']}) | {fmt(r['store_steps'])} | {fmt(r['store_storage_cpu'])} + "
+                  f"{fmt(r['store_storage_link'])} | {fmt(r['store_floor'])} | **{times(r['floor_ratio'])}** | "
+                  f"{times(r['behind_ratio'])} | {target} |")
+        if t is not None and r["behind_ratio"] is not None and r["behind_ratio"] < t:
+            verdicts.append(
+                f"- {label(r)}: misses {t:.0f}x on the model ({times(r['behind_ratio'])} behind the steps); "
+                + (f"a cut in the workers' fetch and build alone could reach {times(r['floor_ratio'])}, so that "
+                   "is where the gap lies." if r["floor_ratio"] >= t else
+                   f"even with the workers' fetch and build free it reaches {times(r['floor_ratio'])}: the storage "
+                   "machine's own time per round (its CPU and its link's bytes) must shrink too, that is fewer "
+                   "store bytes a round or a cheaper store server."))
+    return md + ([""] + verdicts if verdicts else [])
+
+
 def plot_ratios(rows: list[dict], out: Path) -> Optional[str]:
     """peer-store.png: per cell with both systems, DistDGL ÷ Grappa measured and modelled (in
     series, behind the steps), each cell's target a tick beside it (P = 8 at 1 Gbit/s only)."""
@@ -515,6 +573,7 @@ def render(runs: dict, out: Path) -> Path:
     md += setup_table(rows)
     md += model_lines(rows)
     md += store_free_lines(rows)
+    md += floor_lines(rows)
     if plot_ratios(rows, out):
         md += ["", "![DistDGL ÷ Grappa per cell: measured, and the two model bounds, against the targets]"
                    "(peer-store.png)"]

@@ -222,6 +222,7 @@ def test_the_ceiling_with_no_store_traffic(mods, tmp_path):
     dgl = rec("distdgl", [epoch([9, 9], [9e9] * 2), epoch([1.5, 1.0], [25e6, 1e6])])
     runs = {"timing|rmat|8|3|grappa|1gbit|local|r10|e3|0": local, "timing|rmat|8|3|grappa|1gbit|s3|r10|e3|0": s3,
             "timing|rmat|8|3|distdgl|1gbit|s3|r10|e3|0": dgl}
+    kept = rs.RATIO_TARGETS["rmat"]
     rs.RATIO_TARGETS["rmat"] = 3.0
     try:
         rows = rs.cell_rows(runs)
@@ -239,6 +240,48 @@ def test_the_ceiling_with_no_store_traffic(mods, tmp_path):
         lines = "\n".join(rs.store_free_lines(rs.cell_rows(runs)))
         assert "not a ceiling, the two ran on different hosts" in lines and "target" not in lines
     finally:
-        del rs.RATIO_TARGETS["rmat"]
+        rs.RATIO_TARGETS["rmat"] = kept
     # no s3 twin with DistDGL's jobs: no ceiling
     assert rs.store_free(rs.cell_rows({k: v for k, v in runs.items() if "distdgl" not in k})) == []
+
+
+def test_the_floor_the_storage_machine_leaves(mods, tmp_path):
+    """Were the workers' share of the store free: each epoch the longer of the steps at their
+    cheapest and that epoch's storage machine (CPU + link), against DistDGL's model and the target."""
+    _, rs, _ = mods
+    rate = 125e6
+
+    def epoch(cpus, links):
+        return {"seconds": 2.0, "machines": [machine(b, b / 2, cpu=c) for c, b in zip(cpus, links)],
+                "busiest_worker_kernel_bytes": 1.0}
+
+    def rec(system, epochs, storage_rank=None):
+        for i, e in enumerate(epochs):
+            e["epoch"] = i + 1
+        return {"system": system, "storage_rank": storage_rank, "epochs": epochs, "load_before": [0.1] * 3,
+                "load_after": [0.5] * 3, "quiet_limit": 1.0}
+    # aggregator, two workers, storage (rank 3); epoch 2 fetches: the workers busier, the storage machine too
+    g = rec("grappa", [epoch([9] * 4, [9e9] * 4), epoch([0.1, 0.5, 0.4, 0.0], [1e6, 5e6, 5e6, 0]),
+                       epoch([0.1, 0.8, 0.7, 0.3], [1e6, 9e6, 9e6, 50e6])], 3)
+    d = rec("distdgl", [epoch([9, 9], [9e9] * 2), epoch([2.0, 1.0], [25e6, 1e6])])
+    steps = 0.5 + 5e6 / rate
+    storage = 0.3 + 50e6 / rate  # 0.7 s, above the steps' 0.54
+    floor = rs.store_floor(g, "1gbit")
+    assert floor["steps"] == pytest.approx(steps)
+    assert floor["floor"] == pytest.approx((steps + storage) / 2)
+    assert (floor["storage_cpu"], floor["storage_link"]) == pytest.approx((0.3, 50e6 / rate))
+    assert rs.store_floor({**g, "storage_rank": None}, "1gbit") is None  # no storage machine: no floor
+    runs = {"timing|rmat|8|3|grappa|1gbit|s3|r2|e3|0": g, "timing|rmat|8|3|distdgl|1gbit|s3|r2|e3|0": d}
+    [row] = rs.cell_rows(runs)
+    dgl = 2.0 + 25e6 / rate
+    assert row["floor_ratio"] == pytest.approx(dgl / floor["floor"])  # 3.55x: below 4x
+    assert row["behind_ratio"] == pytest.approx(dgl / ((steps + 0.8 + 9e6 / rate) / 2))  # 3.12x
+    page = rs.render(runs, tmp_path).read_text()
+    assert "PROJECTION: what the storage machine leaves" in page
+    assert f"**{row['floor_ratio']:.2f}x**" in page and "≥ 4x: out of reach" in page
+    assert "misses 4x on the model (3.12x behind the steps); even with the workers' fetch and build free " \
+        "it reaches 3.55x" in page
+    # a cheaper storage machine: the floor is the steps', the gap the workers' own
+    g["epochs"][2]["machines"][3] = machine(5e6, 2.5e6, cpu=0.01)
+    lines = "\n".join(rs.floor_lines(rs.cell_rows(runs)))
+    assert "≥ 4x: reachable" in lines and "a cut in the workers' fetch and build alone could reach" in lines
