@@ -10,7 +10,8 @@ halo's structure only and each row comes when a step first reads it (data/halo_r
 
 Bytes fetched (`Fetched`), every byte read from the store, npy headers aside:
     chunk_files = sum over the chunk files copied of their data bytes (manifest data_bytes), but
-                  those the folder held (below)
+                  those the folder held (below); from a bucket that holds a file packed too
+                  (s3/packed.py), its packed data's bytes instead
     halo_index  = per chunk the halo reaches whose index the folder lacks: its nodes and indptr
                   arrays, read whole (the rows are searched) and kept for the job (`index-<k>`)
     halo_rows   = halo rows read from the store x row bytes (a stored row: store/feature_codec.py);
@@ -196,15 +197,21 @@ class LocalCopy:
         src = self.store / chunk_dir(k) / name
         h = hashlib.sha256()
 
+        def spend(n: int) -> None:
+            if pace is not None:
+                pace.spend(n)
+
         def data(buf) -> None:
             h.update(buf)
-            if pace is not None:
-                pace.spend(len(buf))
-        if self.remote is not None:
-            self._store_file(k, name)
+            spend(len(buf))
+        e = self._entry(k, name)
+        read = e["data_bytes"]
+        if self.remote is not None:  # the header checked once it came (packed: with the data)
             src = f"{self.remote.bucket.where}{chunk_dir(k)}/{name}"
             with open(dst, "wb") as fo:
-                self.remote.copy(f"{chunk_dir(k)}/{name}", fo, data)
+                read = self.remote.copy(f"{chunk_dir(k)}/{name}", fo, h.update, spend,
+                                        np.dtype(e["dtype"]).itemsize)
+            self._store_file(k, name)
         else:
             offset = self._store_file(k, name).offset
             with open(src, "rb") as fi, open(dst, "wb") as fo:
@@ -212,9 +219,9 @@ class LocalCopy:
                 while buf := fi.read(_BLOCK):
                     data(buf)
                     fo.write(buf)
-        if h.hexdigest() != self._entry(k, name)["sha256"]:
+        if h.hexdigest() != e["sha256"]:
             raise ChunkStoreError(f"chunk store file {src} is corrupt (sha256 differs from manifest.json); {_FIX}")
-        return self._entry(k, name)["data_bytes"]
+        return read
 
     # -- fetching -------------------------------------------------------------------------------
     def fetch(self, owned: Sequence[int], out: Fetched | None = None, pace: Pace | None = None,
@@ -274,6 +281,8 @@ class LocalCopy:
             plan.x_held = mask
         for name in CHUNK_FILES:
             data = self._entry(k, name)["data_bytes"]
+            if self.remote is not None and (packed := self.remote.packed_bytes(f"{chunk_dir(k)}/{name}")):
+                data = packed
             if plan.from_index and name in INDEX_CHUNK_FILES:
                 continue
             if name == "x.npy" and plan.x_held is not None:

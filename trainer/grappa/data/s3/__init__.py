@@ -8,6 +8,7 @@ async file-like layer the store does not use: it reads byte ranges it knows in a
 
     bucket.py   Bucket: the client, the store's keys under a prefix, errors naming storage.s3.*
     upload.py   upload_store: a prepared local store into the bucket, manifest last
+    packed.py   a chunk's structure files byte-shuffled and deflated for the wire, beside them
     source.py   S3Source: what LocalCopy reads of a store, by ranged GETs (counted)
     mirror.py   Mirror: a local folder filled with the store's files as they are first read
 """

@@ -9,17 +9,21 @@ together (`take_many`: a step's new halo rows lie in many chunks, a few in each,
 file by file they would wait for one another's round trips).
 
 A file's .npy header is read once per process (its first HEADER_PROBE bytes, more if longer)
-and checked against the manifest like a local file's.
+and checked against the manifest like a local file's. A file the bucket also holds packed
+(packed.py; its index read once a process) is copied from its packed object, one GET bringing
+its header and its data: `copy` returns the bytes that crossed for its data.
 """
 from __future__ import annotations
 
 import io
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
 
 from grappa.data.errors import ChunkStoreError
+from grappa.data.s3 import packed
 from grappa.data.s3.bucket import Bucket
 
 GAP_BYTES = 1 << 16
@@ -51,10 +55,41 @@ def runs_of(idx: np.ndarray, row_bytes: int, gap_bytes: int = GAP_BYTES) -> tupl
     return a, np.r_[a[1:], idx.size].astype(np.int64)
 
 
+class _ShortHeader(ChunkStoreError):
+    """The bytes end before a .npy header does (or are no header)."""
+
+
+def _parse_header(head: bytes, where: str) -> tuple[np.dtype, tuple, int]:
+    """(dtype, shape, data offset) of the .npy header that `head` starts with."""
+    f = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+    except ValueError as err:
+        raise _ShortHeader(f"{where} is not a .npy file ({err}); prepare the store in the bucket again") from None
+    if fortran:
+        raise ChunkStoreError(f"{where} is in Fortran order, which no store writes; prepare the store "
+                              "in the bucket again")
+    return np.dtype(dtype), tuple(shape), f.tell()
+
+
 class S3Source:
     def __init__(self, bucket: Bucket) -> None:
         self.bucket = bucket
         self._headers: dict[str, tuple[np.dtype, tuple, int]] = {}
+        self._packed: dict[str, int] | None = None  # packed.json's files: key -> packed bytes
+
+    def packed_bytes(self, rel: str) -> int | None:
+        """The bytes of `rel`'s packed object (None: the bucket holds none: read it as it lies)."""
+        if self._packed is None:
+            index = json.loads(self.bucket.get(packed.INDEX)) if self.bucket.exists(packed.INDEX) else {}
+            if index and index.get("codec") != packed.CODEC:
+                raise ChunkStoreError(f"{self.bucket.where}{packed.INDEX} names codec {index.get('codec')!r}, "
+                                      f"which this version does not read ({packed.CODEC}); run the "
+                                      "version that prepared the store, or prepare it again")
+            self._packed = dict(index.get("files", {}))
+        return self._packed.get(rel)
 
     def header(self, rel: str) -> tuple[np.dtype, tuple, int]:
         """(dtype, shape, data offset) of the object's .npy header."""
@@ -62,35 +97,35 @@ class S3Source:
             probe = HEADER_PROBE
             while True:
                 head = self.bucket.get(rel, 0, probe, exact=False)
-                f = io.BytesIO(head)
                 try:
-                    version = np.lib.format.read_magic(f)
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                        np.lib.format.read_array_header_2_0
-                    shape, fortran, dtype = read(f)
-                except ValueError as err:
+                    self._headers[rel] = _parse_header(head, f"{self.bucket.where}{rel}")
+                except _ShortHeader:
                     if len(head) == probe and probe < (1 << 20):
                         probe *= 8  # a header longer than the probe
                         continue
-                    raise ChunkStoreError(f"{self.bucket.where}{rel} is not a .npy file ({err}); "
-                                          "prepare the store in the bucket again") from None
-                if fortran:
-                    raise ChunkStoreError(f"{self.bucket.where}{rel} is in Fortran order, which no "
-                                          "store writes; prepare the store in the bucket again")
-                self._headers[rel] = (np.dtype(dtype), tuple(shape), f.tell())
+                    raise
                 break
         return self._headers[rel]
 
-    def copy(self, rel: str, fo, on_data: Callable[[bytes], None]) -> int:
-        """The whole object into fo; on_data sees the bytes after the header; returns their count."""
+    def copy(self, rel: str, fo, on_data: Callable[[bytes], None], on_read: Callable[[int], None],
+             itemsize: int = 1) -> int:
+        """The whole file into fo, from its packed object if there is one (values of `itemsize`
+        bytes); on_data sees its data (the bytes after the header), on_read the count of each
+        piece of it that crossed (packed: as packed); returns their sum."""
+        if self.packed_bytes(rel) is not None:
+            where = f"{self.bucket.where}{rel}{packed.KEY_SUFFIX}"
+            header, n = packed.copy_unpacked(self.bucket.stream(rel + packed.KEY_SUFFIX, 1 << 22),
+                                             itemsize, fo, on_data, on_read, where)
+            self._headers.setdefault(rel, _parse_header(header, where))
+            return n
         offset = self.header(rel)[2]
-        seen = 0
-        n = 0
+        seen = n = 0
         for buf in self.bucket.stream(rel, 1 << 22):
             fo.write(buf)
             data = buf[max(0, offset - seen):]
             if data:
                 on_data(data)
+                on_read(len(data))
                 n += len(data)
             seen += len(buf)
         return n
