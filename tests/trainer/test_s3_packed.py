@@ -18,9 +18,8 @@ def roundtrip(path, pieces: int = 3):
     assert size == len(blob)
     cuts = sorted({0, len(blob), *np.random.default_rng(0).integers(0, len(blob), pieces).tolist()})
     out, seen, read = io.BytesIO(), [], []
-    header, n = packed.copy_unpacked(iter([blob[a:b] for a, b in zip(cuts[:-1], cuts[1:])]),
-                                     np.load(path, mmap_mode="r").dtype.itemsize, out, seen.append,
-                                     read.append, str(path))
+    header, n = packed.copy_unpacked(iter([blob[a:b] for a, b in zip(cuts[:-1], cuts[1:])]), out,
+                                     seen.append, read.append, str(path))
     return out.getvalue(), header, n, blob, b"".join(seen), sum(read)
 
 
@@ -59,7 +58,7 @@ def test_a_cut_or_corrupt_object_fails_naming_it(tmp_path, monkeypatch):
     blob = (tmp_path / "a.packed").read_bytes()
 
     def unpack(b):
-        return packed.copy_unpacked(iter([b]), 4, io.BytesIO(), lambda d: None, lambda n: None, "s3://b/a.npy.packed")
+        return packed.copy_unpacked(iter([b]), io.BytesIO(), lambda d: None, lambda n: None, "s3://b/a.npy.packed")
     for cut in (2, 40, len(blob) - 3):
         with pytest.raises(ChunkStoreError, match=r"s3://b/a\.npy\.packed is cut short"):
             unpack(blob[:cut])
@@ -67,5 +66,12 @@ def test_a_cut_or_corrupt_object_fails_naming_it(tmp_path, monkeypatch):
     bad[-5] ^= 0xFF  # inside the last block's deflate stream
     with pytest.raises(ChunkStoreError, match=r"s3://b/a\.npy\.packed is corrupt"):
         unpack(bytes(bad))
-    with pytest.raises(ChunkStoreError, match="holds no whole values of 8"):  # read with the wrong dtype
-        packed.copy_unpacked(iter([blob]), 8, io.BytesIO(), lambda d: None, lambda n: None, "x")
+    # a header naming another dtype than the blocks were packed with
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(2001, np.int64))
+    f = io.BytesIO()
+    np.lib.format.write_array_header_1_0(f, header)
+    old_len = packed.LENGTH.unpack(blob[:4])[0]
+    assert len(f.getvalue()) == old_len
+    wrong = blob[:4] + f.getvalue() + blob[4 + old_len:]
+    with pytest.raises(ChunkStoreError, match="holds no whole values of 8"):
+        unpack(wrong)

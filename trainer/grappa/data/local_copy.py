@@ -209,8 +209,7 @@ class LocalCopy:
         if self.remote is not None:  # the header checked once it came (packed: with the data)
             src = f"{self.remote.bucket.where}{chunk_dir(k)}/{name}"
             with open(dst, "wb") as fo:
-                read = self.remote.copy(f"{chunk_dir(k)}/{name}", fo, h.update, spend,
-                                        np.dtype(e["dtype"]).itemsize)
+                read = self.remote.copy(f"{chunk_dir(k)}/{name}", fo, h.update, spend)
             self._store_file(k, name)
         else:
             offset = self._store_file(k, name).offset

@@ -37,6 +37,16 @@ class Bucket:
                           s3={"addressing_style": "path"}, max_pool_connections=16))
         self._lock = threading.Lock()
         self.bytes_received = 0  # body bytes of every GET, for the fetch path's counts
+        self._packed: Optional[dict[str, int]] = None
+
+    def packed(self) -> dict[str, int]:
+        """The store's files the bucket also holds packed (s3/packed.py): key -> the packed
+        object's bytes; read once ({}: none, as in a store uploaded before packing)."""
+        if self._packed is None:
+            from grappa.data.s3 import packed
+            blob = self.get(packed.INDEX) if self.exists(packed.INDEX) else None
+            self._packed = packed.read_index(blob, self.where)
+        return self._packed
 
     def key(self, rel: str) -> str:
         return self.prefix + rel

@@ -3,8 +3,8 @@
 What reads a store whole (exact evaluation, the other strategies, predict's graph) reads the
 store's files through memory maps; with storage.s3 those maps are of this folder, whose
 manifest.json is the bucket's and whose files are downloaded whole when first opened
-(ChunkStore's `remote`), checked against the manifest (sha256) like any store file, under a
-`.tmp-` name until complete. A worker that fetches its rounds (storage.fetch) opens none of
+(ChunkStore's `remote`; the chunks' structure files from their packed objects, s3/packed.py),
+checked against the manifest (sha256) like any store file, under a `.tmp-` name until complete. A worker that fetches its rounds (storage.fetch) opens none of
 them: its mirror holds the manifest alone.
 
 A storeDir holding another store than the bucket's is refused, never replaced: it may be a
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grappa.data.s3 import packed
 from grappa.data.s3.bucket import Bucket, S3Error
 from grappa.data.store.manifest import LINK_DIR, MANIFEST, read_manifest
 
@@ -23,15 +24,22 @@ _BLOCK = 1 << 22
 
 
 def download(bucket: Bucket, rel: str, dst: Path) -> int:
-    """The object `rel` into dst, whole or not at all; returns its bytes."""
+    """The object `rel` into dst, whole or not at all, from its packed object where the bucket
+    holds one (s3/packed.py); returns the bytes that crossed."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f"{_TMP}{dst.name}-{os.getpid()}")
     n = 0
     try:
         with open(tmp, "wb") as fo:
-            for buf in bucket.stream(rel, _BLOCK):
-                fo.write(buf)
-                n += len(buf)
+            if rel in bucket.packed():
+                header, n = packed.copy_unpacked(bucket.stream(rel + packed.KEY_SUFFIX, _BLOCK), fo,
+                                                 lambda data: None, lambda read: None,
+                                                 f"{bucket.where}{rel}{packed.KEY_SUFFIX}")
+                n += packed.LENGTH.size + len(header)
+            else:
+                for buf in bucket.stream(rel, _BLOCK):
+                    fo.write(buf)
+                    n += len(buf)
         os.replace(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)

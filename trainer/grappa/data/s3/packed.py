@@ -1,11 +1,11 @@
-"""A chunk's structure files packed for the wire: what a round's fetch copies whole, smaller.
+"""A chunk's structure files packed for the wire: what is copied whole from a bucket, smaller.
 
 A round's fetch from a bucket copies a new variable chunk's structure whole (its in-edges'
-source ids above all: 1.9 MB a worker a round on RMAT-17 at P = 8, most of a round's store
-bytes), and those bytes cross the storage machine's one link for every worker. Integer ids
-compress poorly as they lie (deflate: 1.7x on RMAT-17's) but well once their bytes are
-regrouped by significance, the high bytes of small ids being mostly equal (2.2x; the same
-regrouping as HDF5's and Blosc's shuffle filter):
+source ids above all, most of a round's store bytes on RMAT graphs), and those bytes cross the
+storage machine's one link for every worker; a mirror (exact evaluation, predict) downloads
+every chunk's. Integer ids deflate poorly as they lie, but well once their bytes are regrouped
+by significance, the high bytes of small ids being mostly equal (the regrouping of HDF5's and
+Blosc's shuffle filter; tests/trainer/test_s3_packed.py checks the order on ids):
 
     shuffle(block) = the block's bytes viewed as [n, itemsize], transposed: byte 0 of every
                      value, then byte 1 of every value, ...
@@ -13,14 +13,16 @@ regrouping as HDF5's and Blosc's shuffle filter):
                      (the last shorter): u32 LE len(deflated) | deflate(shuffle(block), LEVEL)
 
 Blocks keep a reader's memory to one block, whatever the file's size. The upload keeps the
-store's own objects as they are (a mirror, a ranged read and an older reader use them) and adds
-a packed one beside each file of PACKED_FILES (KEY_SUFFIX), then `packed.json`, their index,
-before the manifest: a bucket whose manifest is there has them all, and one uploaded before
-them has no index, so its files are read as they lie. What is unpacked is checked against the
-manifest's sha256 like any copied file (local_copy.py).
+store's own objects as they are (ranged reads, and older versions, read them) and adds a packed
+one beside each file of PACKED_FILES (KEY_SUFFIX), then `packed.json`, their index, before the
+manifest: a bucket whose manifest is there has them all, and one uploaded before them has no
+index, so its files are read as they lie. What is unpacked is checked against the manifest's
+sha256 like any file read from the store (local_copy.py, chunk_store.py).
 """
 from __future__ import annotations
 
+import io
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -36,8 +38,20 @@ KEY_SUFFIX = ".packed"
 CODEC = "shuffle-deflate"
 PACKED_FILES = ("nodes.npy", "indptr.npy", "indices.npy", "y.npy", "split.npy")  # x.npy: read in rows
 BLOCK = 1 << 22  # data bytes a block (a multiple of every itemsize)
-LEVEL = 1  # deflate's fastest: 2.23x on RMAT-17's indices against 2.31x at 6, at a third of the CPU
-_U32 = struct.Struct("<I")
+LEVEL = 1  # deflate's fastest: shuffled ids gain little from more effort, uploads much
+LENGTH = struct.Struct("<I")  # before the header, and before each block
+
+
+def read_index(blob: bytes | None, where: str) -> dict[str, int]:
+    """packed.json's files (key -> bytes of its packed object); None (no index): {}."""
+    if blob is None:
+        return {}
+    index = json.loads(blob)
+    if index.get("codec") != CODEC:
+        raise ChunkStoreError(f"{where}{INDEX} names codec {index.get('codec')!r}, which this version "
+                              f"does not read ({CODEC}); run the version that prepared the store, or "
+                              "prepare it again")
+    return {str(k): int(v) for k, v in index.get("files", {}).items()}
 
 
 def shuffle(data: bytes | memoryview, itemsize: int) -> bytes:
@@ -54,17 +68,28 @@ def pack_file(src: Path, dst: Path) -> int:
     itemsize, offset = arr.dtype.itemsize, arr.offset
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         header = fi.read(offset)
-        fo.write(_U32.pack(len(header)) + header)
+        fo.write(LENGTH.pack(len(header)) + header)
         while block := fi.read(BLOCK):
             z = zlib.compress(shuffle(block, itemsize), LEVEL)
-            fo.write(_U32.pack(len(z)) + z)
+            fo.write(LENGTH.pack(len(z)) + z)
     return dst.stat().st_size
 
 
-def unpack(chunks: Iterator[bytes], itemsize: int, where: str) -> Iterator[tuple[bytes, bytes]]:
+def _itemsize(header: bytes, where: str) -> int:
+    """The bytes of a value of the .npy header's dtype."""
+    f = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        return read(f)[2].itemsize
+    except ValueError as err:
+        raise ChunkStoreError(f"{where} is corrupt (its header: {err}); prepare the store in the bucket again") from None
+
+
+def unpack(chunks: Iterator[bytes], where: str) -> Iterator[tuple[bytes, bytes]]:
     """(bytes of the packed object as read, what they unpack to) from a packed object's bytes as
-    they come: first its .npy header, then each block's data. A cut or malformed object raises,
-    naming `where`."""
+    they come: first its .npy header, then each block's data, its values of the header's dtype. A
+    cut or malformed object raises, naming `where`."""
     buf = bytearray()
     it = iter(chunks)
 
@@ -81,16 +106,18 @@ def unpack(chunks: Iterator[bytes], itemsize: int, where: str) -> Iterator[tuple
         del buf[:n]
         return out
 
-    if not need(_U32.size):
+    if not need(LENGTH.size):
         raise ChunkStoreError(f"{where} is cut short (no header); prepare the store in the bucket again")
-    n = _U32.unpack(take(_U32.size))[0]
+    n = LENGTH.unpack(take(LENGTH.size))[0]
     if not need(n):
         raise ChunkStoreError(f"{where} is cut short (in its header); prepare the store in the bucket again")
-    yield b"", take(n)
+    header = take(n)
+    itemsize = _itemsize(header, where)
+    yield b"", header
     while need(1):
-        if not need(_U32.size):
+        if not need(LENGTH.size):
             raise ChunkStoreError(f"{where} is cut short (a block's length); prepare the store in the bucket again")
-        n = _U32.unpack(take(_U32.size))[0]
+        n = LENGTH.unpack(take(LENGTH.size))[0]
         if not need(n):
             raise ChunkStoreError(f"{where} is cut short (in a block); prepare the store in the bucket again")
         z = take(n)
@@ -104,17 +131,17 @@ def unpack(chunks: Iterator[bytes], itemsize: int, where: str) -> Iterator[tuple
         yield z, unshuffle(data, itemsize)
 
 
-def copy_unpacked(chunks: Iterator[bytes], itemsize: int, fo: BinaryIO, on_data: Callable[[bytes], None],
+def copy_unpacked(chunks: Iterator[bytes], fo: BinaryIO, on_data: Callable[[bytes], None],
                   on_read: Callable[[int], None], where: str) -> tuple[bytes, int]:
     """A packed object's bytes as they come, unpacked into fo: (its .npy header, the bytes of its
     packed data, framing included); on_data sees each block unpacked, on_read its packed bytes."""
     header, read = b"", 0
-    for i, (z, data) in enumerate(unpack(chunks, itemsize, where)):
+    for i, (z, data) in enumerate(unpack(chunks, where)):
         fo.write(data)
         if i == 0:
             header = data
             continue
         on_data(data)
-        on_read(_U32.size + len(z))
-        read += _U32.size + len(z)
+        on_read(LENGTH.size + len(z))
+        read += LENGTH.size + len(z)
     return header, read

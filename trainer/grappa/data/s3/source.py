@@ -16,7 +16,6 @@ its header and its data: `copy` returns the bytes that crossed for its data.
 from __future__ import annotations
 
 import io
-import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -78,18 +77,10 @@ class S3Source:
     def __init__(self, bucket: Bucket) -> None:
         self.bucket = bucket
         self._headers: dict[str, tuple[np.dtype, tuple, int]] = {}
-        self._packed: dict[str, int] | None = None  # packed.json's files: key -> packed bytes
 
     def packed_bytes(self, rel: str) -> int | None:
         """The bytes of `rel`'s packed object (None: the bucket holds none: read it as it lies)."""
-        if self._packed is None:
-            index = json.loads(self.bucket.get(packed.INDEX)) if self.bucket.exists(packed.INDEX) else {}
-            if index and index.get("codec") != packed.CODEC:
-                raise ChunkStoreError(f"{self.bucket.where}{packed.INDEX} names codec {index.get('codec')!r}, "
-                                      f"which this version does not read ({packed.CODEC}); run the "
-                                      "version that prepared the store, or prepare it again")
-            self._packed = dict(index.get("files", {}))
-        return self._packed.get(rel)
+        return self.bucket.packed().get(rel)
 
     def header(self, rel: str) -> tuple[np.dtype, tuple, int]:
         """(dtype, shape, data offset) of the object's .npy header."""
@@ -107,15 +98,14 @@ class S3Source:
                 break
         return self._headers[rel]
 
-    def copy(self, rel: str, fo, on_data: Callable[[bytes], None], on_read: Callable[[int], None],
-             itemsize: int = 1) -> int:
-        """The whole file into fo, from its packed object if there is one (values of `itemsize`
-        bytes); on_data sees its data (the bytes after the header), on_read the count of each
-        piece of it that crossed (packed: as packed); returns their sum."""
+    def copy(self, rel: str, fo, on_data: Callable[[bytes], None], on_read: Callable[[int], None]) -> int:
+        """The whole file into fo, from its packed object if there is one; on_data sees its data
+        (the bytes after the header), on_read the count of each piece of it that crossed (packed:
+        as packed); returns their sum."""
         if self.packed_bytes(rel) is not None:
             where = f"{self.bucket.where}{rel}{packed.KEY_SUFFIX}"
             header, n = packed.copy_unpacked(self.bucket.stream(rel + packed.KEY_SUFFIX, 1 << 22),
-                                             itemsize, fo, on_data, on_read, where)
+                                             fo, on_data, on_read, where)
             self._headers.setdefault(rel, _parse_header(header, where))
             return n
         offset = self.header(rel)[2]
