@@ -1,4 +1,4 @@
-"""Memory-mapping .npy files from several threads.
+"""Memory-mapping .npy files, and parsing .npy headers, from several threads.
 
 numpy parses a .npy header with `ast.literal_eval`, and CPython 3.11 (this project's Python)
 keeps the AST builder's recursion depth per interpreter, not per thread: two threads parsing at
@@ -9,6 +9,7 @@ data is mapped, not read, so the lock is held for microseconds.
 """
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 
@@ -21,3 +22,14 @@ def map_npy(path: str | Path) -> np.ndarray:
     """np.load(path, mmap_mode="r"), its header parsed under HEADER_LOCK (pickles refused)."""
     with HEADER_LOCK:
         return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+def parse_header(head: bytes) -> tuple[np.dtype, tuple, bool, int]:
+    """(dtype, shape, fortran order, data offset) of the .npy header `head` starts with, parsed
+    under HEADER_LOCK; ValueError where the bytes end first or are no .npy header."""
+    f = io.BytesIO(head)
+    with HEADER_LOCK:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+    return np.dtype(dtype), tuple(shape), bool(fortran), f.tell()

@@ -21,7 +21,6 @@ sha256 like any file read from the store (local_copy.py, chunk_store.py).
 """
 from __future__ import annotations
 
-import io
 import json
 import struct
 import zlib
@@ -31,7 +30,7 @@ from typing import BinaryIO, Callable, Iterator
 import numpy as np
 
 from grappa.data.errors import ChunkStoreError
-from grappa.util.npy import map_npy
+from grappa.util.npy import map_npy, parse_header
 
 INDEX = "packed.json"
 KEY_SUFFIX = ".packed"
@@ -77,11 +76,8 @@ def pack_file(src: Path, dst: Path) -> int:
 
 def _itemsize(header: bytes, where: str) -> int:
     """The bytes of a value of the .npy header's dtype."""
-    f = io.BytesIO(header)
     try:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        return read(f)[2].itemsize
+        return parse_header(header)[0].itemsize
     except ValueError as err:
         raise ChunkStoreError(f"{where} is corrupt (its header: {err}); prepare the store in the bucket again") from None
 

@@ -15,7 +15,6 @@ its header and its data: `copy` returns the bytes that crossed for its data.
 """
 from __future__ import annotations
 
-import io
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -24,6 +23,7 @@ import numpy as np
 from grappa.data.errors import ChunkStoreError
 from grappa.data.s3 import packed
 from grappa.data.s3.bucket import Bucket
+from grappa.util.npy import parse_header
 
 GAP_BYTES = 1 << 16
 MAX_RANGE = 1 << 23   # bytes a request at most (a long run of rows is split)
@@ -60,17 +60,14 @@ class _ShortHeader(ChunkStoreError):
 
 def _parse_header(head: bytes, where: str) -> tuple[np.dtype, tuple, int]:
     """(dtype, shape, data offset) of the .npy header that `head` starts with."""
-    f = io.BytesIO(head)
     try:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(f)
+        dtype, shape, fortran, offset = parse_header(head)
     except ValueError as err:
         raise _ShortHeader(f"{where} is not a .npy file ({err}); prepare the store in the bucket again") from None
     if fortran:
         raise ChunkStoreError(f"{where} is in Fortran order, which no store writes; prepare the store "
                               "in the bucket again")
-    return np.dtype(dtype), tuple(shape), f.tell()
+    return dtype, shape, offset
 
 
 class S3Source:
