@@ -24,6 +24,20 @@ def hist(seconds: list[float], rounds: list[int], setup: list[float]) -> list[di
             for i, (s, r, u) in enumerate(zip(seconds, rounds, setup))]
 
 
+def two_s_epoch(cpus, links) -> dict:
+    """An epoch of 2 s on machines of these CPU-seconds and (sent) link bytes, half as many received."""
+    return {"seconds": 2.0, "machines": [machine(b, b / 2, cpu=c) for c, b in zip(cpus, links)],
+            "busiest_worker_kernel_bytes": 1.0}
+
+
+def job_rec(system, epochs, storage_rank=None) -> dict:
+    """A quiet job of these epochs (numbered here)."""
+    for i, e in enumerate(epochs):
+        e["epoch"] = i + 1
+    return {"system": system, "storage_rank": storage_rank, "epochs": epochs, "load_before": [0.1] * 3,
+            "load_after": [0.5] * 3, "quiet_limit": 1.0}
+
+
 def grappa_rec(ps, secs, setup, storage=(1e6, 2e6, 3e6, 4e6, 5e6), fetched=None, load_before=0.2) -> dict:
     h = hist(secs, [0, 0, 1, 1, 2], setup)
     rec = {"system": "grappa", "epochs": [{"train_seconds": s, "steps": 4,
@@ -207,19 +221,9 @@ def test_the_ceiling_with_no_store_traffic(mods, tmp_path):
     judged against the target (at P = 8, 1 Gbit/s)."""
     _, rs, _ = mods
     rate = 125e6
-
-    def epoch(cpus, links):
-        return {"seconds": 2.0, "machines": [machine(b, b / 2, cpu=c) for c, b in zip(cpus, links)],
-                "busiest_worker_kernel_bytes": 1.0}
-
-    def rec(system, epochs, storage_rank=None):
-        for i, e in enumerate(epochs):
-            e["epoch"] = i + 1
-        return {"system": system, "storage_rank": storage_rank, "epochs": epochs, "load_before": [0.1] * 3,
-                "load_after": [0.5] * 3, "quiet_limit": 1.0}
-    local = rec("grappa", [epoch([9, 9, 9], [9e9] * 3), epoch([0.1, 0.5, 0.4], [1e6, 5e6, 5e6])])
-    s3 = rec("grappa", [epoch([9] * 4, [9e9] * 4), epoch([0.1, 0.5, 0.4, 0.2], [1e6, 5e6, 5e6, 9e7])], 3)
-    dgl = rec("distdgl", [epoch([9, 9], [9e9] * 2), epoch([1.5, 1.0], [25e6, 1e6])])
+    local = job_rec("grappa", [two_s_epoch([9, 9, 9], [9e9] * 3), two_s_epoch([0.1, 0.5, 0.4], [1e6, 5e6, 5e6])])
+    s3 = job_rec("grappa", [two_s_epoch([9] * 4, [9e9] * 4), two_s_epoch([0.1, 0.5, 0.4, 0.2], [1e6, 5e6, 5e6, 9e7])], 3)
+    dgl = job_rec("distdgl", [two_s_epoch([9, 9], [9e9] * 2), two_s_epoch([1.5, 1.0], [25e6, 1e6])])
     runs = {"timing|rmat|8|3|grappa|1gbit|local|r10|e3|0": local, "timing|rmat|8|3|grappa|1gbit|s3|r10|e3|0": s3,
             "timing|rmat|8|3|distdgl|1gbit|s3|r10|e3|0": dgl}
     kept = rs.RATIO_TARGETS["rmat"]
@@ -250,20 +254,10 @@ def test_the_floor_the_storage_machine_leaves(mods, tmp_path):
     cheapest and that epoch's storage machine (CPU + link), against DistDGL's model and the target."""
     _, rs, _ = mods
     rate = 125e6
-
-    def epoch(cpus, links):
-        return {"seconds": 2.0, "machines": [machine(b, b / 2, cpu=c) for c, b in zip(cpus, links)],
-                "busiest_worker_kernel_bytes": 1.0}
-
-    def rec(system, epochs, storage_rank=None):
-        for i, e in enumerate(epochs):
-            e["epoch"] = i + 1
-        return {"system": system, "storage_rank": storage_rank, "epochs": epochs, "load_before": [0.1] * 3,
-                "load_after": [0.5] * 3, "quiet_limit": 1.0}
     # aggregator, two workers, storage (rank 3); epoch 2 fetches: the workers busier, the storage machine too
-    g = rec("grappa", [epoch([9] * 4, [9e9] * 4), epoch([0.1, 0.5, 0.4, 0.0], [1e6, 5e6, 5e6, 0]),
-                       epoch([0.1, 0.8, 0.7, 0.3], [1e6, 9e6, 9e6, 50e6])], 3)
-    d = rec("distdgl", [epoch([9, 9], [9e9] * 2), epoch([2.0, 1.0], [25e6, 1e6])])
+    g = job_rec("grappa", [two_s_epoch([9] * 4, [9e9] * 4), two_s_epoch([0.1, 0.5, 0.4, 0.0], [1e6, 5e6, 5e6, 0]),
+                       two_s_epoch([0.1, 0.8, 0.7, 0.3], [1e6, 9e6, 9e6, 50e6])], 3)
+    d = job_rec("distdgl", [two_s_epoch([9, 9], [9e9] * 2), two_s_epoch([2.0, 1.0], [25e6, 1e6])])
     steps = 0.5 + 5e6 / rate
     storage = 0.3 + 50e6 / rate  # 0.7 s, above the steps' 0.54
     floor = rs.store_floor(g, "1gbit")

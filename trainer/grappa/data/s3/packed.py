@@ -102,21 +102,19 @@ def unpack(chunks: Iterator[bytes], where: str) -> Iterator[tuple[bytes, bytes]]
         del buf[:n]
         return out
 
-    if not need(LENGTH.size):
-        raise ChunkStoreError(f"{where} is cut short (no header); prepare the store in the bucket again")
-    n = LENGTH.unpack(take(LENGTH.size))[0]
-    if not need(n):
-        raise ChunkStoreError(f"{where} is cut short (in its header); prepare the store in the bucket again")
-    header = take(n)
+    def frame(what: str) -> bytes:
+        """A length, then that many bytes: `what` names the frame in the error if they end first."""
+        if need(LENGTH.size):
+            n = LENGTH.unpack(take(LENGTH.size))[0]
+            if need(n):
+                return take(n)
+        raise ChunkStoreError(f"{where} is cut short (in {what}); prepare the store in the bucket again")
+
+    header = frame("its header")
     itemsize = _itemsize(header, where)
     yield b"", header
     while need(1):
-        if not need(LENGTH.size):
-            raise ChunkStoreError(f"{where} is cut short (a block's length); prepare the store in the bucket again")
-        n = LENGTH.unpack(take(LENGTH.size))[0]
-        if not need(n):
-            raise ChunkStoreError(f"{where} is cut short (in a block); prepare the store in the bucket again")
-        z = take(n)
+        z = frame("a block")
         try:
             data = zlib.decompress(z)
         except zlib.error as err:
