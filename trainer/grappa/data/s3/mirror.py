@@ -4,8 +4,9 @@ What reads a store whole (exact evaluation, the other strategies, predict's grap
 store's files through memory maps; with storage.s3 those maps are of this folder, whose
 manifest.json is the bucket's and whose files are downloaded whole when first opened
 (ChunkStore's `remote`; the chunks' structure files from their packed objects, s3/packed.py),
-checked against the manifest (sha256) like any store file, under a `.tmp-` name until complete. A worker that fetches its rounds (storage.fetch) opens none of
-them: its mirror holds the manifest alone.
+checked against the manifest (sha256) like any store file, under a `.tmp-` name until complete.
+A worker that fetches its rounds (storage.fetch) opens none of them: its mirror holds the
+manifest alone.
 
 A storeDir holding another store than the bucket's is refused, never replaced: it may be a
 user's store.

@@ -29,12 +29,12 @@ def upload_store(store: Path, bucket: Bucket, progress: bool = False) -> int:
                    and not p.name.startswith("."))
     total = sum(p.stat().st_size for p in files)
     if progress:
-        print(f"uploading the chunk store to {bucket.where}: {len(files)} files, {total / 2**20:,.1f} MiB",
-              flush=True)
+        print(f"uploading the chunk store to {bucket.where}: {len(files)} files, {total / 2**20:,.1f} MiB, "
+              "then the chunks' structure files packed", flush=True)
     with ThreadPoolExecutor(_PARALLEL) as pool:
         list(pool.map(lambda p: bucket.put_file(p, p.relative_to(store).as_posix()), files))
-    total += _upload_packed(store, [p for p in files if p.name in packed.PACKED_FILES
-                                           and p.parent.parent == store and p.parent.name.startswith("chunk-")], bucket)
+    chunk_files = [p for p in files if p.parent.parent == store and p.parent.name.startswith("chunk-")]
+    total += _upload_packed(store, [p for p in chunk_files if p.name in packed.PACKED_FILES], bucket)
     bucket.put_file(store / MANIFEST, MANIFEST)
     return total + len(manifest)
 
