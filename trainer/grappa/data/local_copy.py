@@ -33,9 +33,11 @@ complete; a worker killed mid-fetch leaves only `.tmp-` entries, removed when th
 again. A chunk file's sha256 is checked against the store's manifest while it is copied, and a
 copy found on disk by a new process (a resumed worker) is checked again, size and sha256, before
 use; a halo folder records its owned set, the store's manifest digest and its files' sizes and
-sha256 in fetched.json, checked the same way (a record that does not list exactly HALO_FILES is
-not trusted: the halo is fetched again). Halo rows are a part of their files, so the store's
-whole-file sha256 cannot check them: their files' dtype, shape and size are checked instead.
+CRC-32 in fetched.json, checked the same way (a record that does not list exactly HALO_FILES is
+not trusted: the halo is fetched again). CRC-32, not sha256: the worker wrote those files itself
+(the check is for a torn or damaged copy), and every round hashes a new halo. Halo rows are a
+part of their files, so the store's whole-file sha256 cannot check them: their files' dtype,
+shape and size are checked instead.
 
 Folder layout:
     chunk-<k>/<name>.npy     an owned chunk's file, whole
@@ -47,7 +49,7 @@ Folder layout:
                              the store's dtype (rows="all" only, as the next two: held_runs.py)
     halo-<key>/xpos.npy      int64 [h] the row in x.npy of each halo node's
     halo-<key>/xruns.npy     int64 [runs, 4] (chunk, first row, end row, its first row in x.npy)
-    halo-<key>/fetched.json  what the folder was fetched for and each file's size and sha256
+    halo-<key>/fetched.json  what the folder was fetched for and each file's size and CRC-32
     index-<k>/nodes.npy      chunk k's nodes and indptr, whole, kept for the job (16 bytes a node
     index-<k>/indptr.npy     at most, all chunks together): hard links to its copy's if it has one
     rows-<key>/x.bin         rows="as-read": the halo rows the round's steps read so far (halo_rows.py)
@@ -73,7 +75,7 @@ from grappa.data.pace import Pace
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.feature_codec import codec_of, rows_view
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
-from grappa.util.files import sha256_of
+from grappa.util.files import crc32_of, sha256_of
 from grappa.util.npy import map_npy
 
 log = logging.getLogger("grappa.data.local_copy")
@@ -385,7 +387,7 @@ class LocalCopy:
         np.save(tmp / "deg.npy", deg)
         np.save(tmp / "row.npy", store_row)
         out.drop(ids, chunks, deg, store_row)
-        files = {name: {"size": (tmp / name).stat().st_size, "sha256": sha256_of(tmp / name, 0)}
+        files = {name: {"size": (tmp / name).stat().st_size, "crc32": crc32_of(tmp / name)}
                  for name in self.halo_files}
         (tmp / "fetched.json").write_text(json.dumps(
             {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
@@ -548,7 +550,7 @@ class LocalCopy:
         for f in self.halo_files:
             p, want = d / f, files[f]
             if not isinstance(want, dict) or not p.is_file() or p.stat().st_size != want.get("size") or \
-                    sha256_of(p, 0) != want.get("sha256"):
+                    crc32_of(p) != want.get("crc32"):
                 return False
         self._checked.add(name)
         return True

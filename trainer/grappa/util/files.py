@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -88,3 +89,13 @@ def sha256_of(path: str | Path, offset: int = 0, block: int = 1 << 20) -> str:
         while buf := fh.read(block):
             h.update(buf)
     return h.hexdigest()
+
+
+def crc32_of(path: str | Path, block: int = 1 << 22) -> int:
+    """CRC-32 of a file's bytes: a check against a torn or damaged copy of a file this program
+    wrote itself (some 3x cheaper than sha256 here), not against one made to match."""
+    crc = 0
+    with open(path, "rb") as fh:
+        while buf := fh.read(block):
+            crc = zlib.crc32(buf, crc)
+    return crc

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import threading
 import time
 import weakref
@@ -26,11 +27,19 @@ def release_free_memory() -> bool:
     whole round (measured on RMAT-20). Called once per round, so steps keep glibc's fast reuse.
     False where the C library has no malloc_trim (musl, macOS): nothing changes there.
     """
+    trim = _malloc_trim()
+    return bool(trim(0)) if trim is not None else False
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None. Looked up once: find_library runs `ldconfig -p` in a child
+    process, and forking a worker that maps a store costs more CPU than the trim itself."""
     name = ctypes.util.find_library("c")
     try:
-        return bool(ctypes.CDLL(name).malloc_trim(0)) if name else False
+        return ctypes.CDLL(name).malloc_trim if name else None
     except (OSError, AttributeError):
-        return False
+        return None
 
 
 def _status_kib(path: str, key: str) -> int:
