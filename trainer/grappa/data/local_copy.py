@@ -167,6 +167,13 @@ class LocalCopy:
             if entry.name.startswith((_TMP, _ROWS)):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         self._checked: set[str] = set()  # entries written or checked by this process
+        # Kept between rounds, as the folder keeps what they are made of (the base chunks' are
+        # the same every round): per chunk copy, its in-edges' distinct sources; per index-<k>,
+        # its maps. And the last halo's owned set, distinct sources and their chunks, until its
+        # view takes them for the build (LocalView.take_sources).
+        self._sources: dict[int, np.ndarray] = {}
+        self._index_maps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._last_sources: tuple[tuple[int, ...], np.ndarray, np.ndarray] | None = None
 
     # -- the store's side ----------------------------------------------------------------------
     def _entry(self, k: int, name: str) -> dict:
@@ -338,6 +345,8 @@ class LocalCopy:
         name = index_dir(k)
         if self._usable_index(k):
             out.reused_files += sum(self._entry(k, f)["data_bytes"] for f in INDEX_CHUNK_FILES)
+            if k in self._index_maps:
+                return self._index_maps[k]
         else:
             copy = self.folder / chunk_dir(k)
 
@@ -349,18 +358,26 @@ class LocalCopy:
                     else:
                         out.halo_index += self._copy_file(k, f, tmp / f)
             self._atomically(name, write)
-        return tuple(map_npy(self.folder / name / f) for f in INDEX_CHUNK_FILES)
+        self._index_maps[k] = tuple(map_npy(self.folder / name / f) for f in INDEX_CHUNK_FILES)
+        return self._index_maps[k]
+
+    def _chunk_sources(self, k: int) -> np.ndarray:
+        """The distinct sources of owned chunk k's in-edges (its copy's indices), sorted."""
+        if k not in self._sources:
+            self._sources[k] = distinct([map_npy(self.folder / chunk_dir(k) / "indices.npy")])
+        return self._sources[k]
 
     def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched, pace: Pace | None = None) -> None:
         owned = list(owned)
         # The halo from the owned chunks' local copies, as build_local_graph finds it.
-        uniq = distinct([map_npy(self.folder / chunk_dir(k) / "indices.npy") for k in owned])
-        chunk_u = np.empty(uniq.size, dtype=np.int32)
+        uniq = distinct([self._chunk_sources(k) for k in owned])
+        chunk_u = np.empty(uniq.size, dtype=self.assignment.dtype)
         for lo in range(0, uniq.size, MAP_BLOCK):
             chunk_u[lo:lo + MAP_BLOCK] = self.assignment.chunk_of(uniq[lo:lo + MAP_BLOCK])
         out.hold(uniq, chunk_u)
         halo = ~np.isin(chunk_u, owned)
-        ids, chunks = uniq[halo].astype(np.int64), chunk_u[halo]
+        ids, chunks = uniq[halo].astype(np.int64), chunk_u[halo].astype(np.int32)
+        self._last_sources = (tuple(sorted(owned)), uniq, chunk_u)  # the view's build needs them too
         out.drop(uniq, chunk_u)
         del uniq, chunk_u, halo
         order = np.lexsort((ids, chunks))
@@ -558,7 +575,11 @@ class LocalCopy:
     # -- use and upkeep --------------------------------------------------------------------------
     def view(self, owned: Sequence[int], counts: Fetched | None = None) -> "LocalView":
         """The round of `owned` (fetched); `counts` grows by the rows an as-read round fetches."""
-        return LocalView(self, owned, counts if counts is not None else Fetched())
+        view = LocalView(self, owned, counts if counts is not None else Fetched())
+        last, self._last_sources = self._last_sources, None
+        if last is not None and last[0] == tuple(sorted(owned)):
+            view.sources = last[1:]
+        return view
 
     def entries(self, owned: Sequence[int]) -> set[str]:
         """The folder entries an owned set's round reads, and the chunks' index kept for the job."""
@@ -589,6 +610,9 @@ class LocalCopy:
             if entry.name not in keep and not entry.name.startswith(_TMP):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
                 self._checked.discard(entry.name)
+        on_disk = {int(n.name.split("-", 1)[1]) for n in self.folder.iterdir() if n.name.startswith("chunk-")}
+        self._sources = {k: v for k, v in self._sources.items() if k in on_disk}
+        self._index_maps = {k: v for k, v in self._index_maps.items() if index_dir(k) in keep}
 
 
 @dataclass
@@ -622,6 +646,14 @@ class LocalView:
         self._halo = {f[:-4]: map_npy(halo / f) for f in copy.halo_files}
         self.rows = HaloRows(copy, halo, copy.folder / rows_key(owned), counts) if copy.as_read else None
         self._maps: dict[int, dict[str, np.ndarray]] = {}
+        self.sources: tuple[np.ndarray, np.ndarray] | None = None  # given by LocalCopy.view
+
+    def take_sources(self, chunks: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The owned chunks' distinct in-edge sources and the chunk of each, as the fetch found
+        them (None: not found in this process), given once: build_local_graph need not find them
+        again."""
+        got, self.sources = self.sources, None
+        return got if got is not None and set(chunks) == self.owned else None
 
     def warm(self, ids: np.ndarray, pace=None) -> int:
         """Fetch now, before the steps read them, the as-read halo rows of the global `ids` (those

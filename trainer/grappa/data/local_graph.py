@@ -183,11 +183,15 @@ def build_local_graph(store: ChunkStore, base: Sequence[int], variable: Optional
 
     # Every distinct source, then whether it is owned: its chunk is computed from its id. The only
     # array as long as the local edges is the int32 result.
-    uniq = distinct([maps[k]["indices"] for k in chunks])
-    assignment = store.assignment
-    chunk_u = np.empty(uniq.size, dtype=assignment.dtype)
-    for lo in range(0, uniq.size, MAP_BLOCK):  # the id hash makes int64 temporaries
-        chunk_u[lo:lo + MAP_BLOCK] = assignment.chunk_of(uniq[lo:lo + MAP_BLOCK])
+    found = store.take_sources(chunks) if hasattr(store, "take_sources") else None  # a round's fetch found them
+    if found is not None:
+        uniq, chunk_u = found
+    else:
+        uniq = distinct([maps[k]["indices"] for k in chunks])
+        assignment = store.assignment
+        chunk_u = np.empty(uniq.size, dtype=assignment.dtype)
+        for lo in range(0, uniq.size, MAP_BLOCK):  # the id hash makes int64 temporaries
+            chunk_u[lo:lo + MAP_BLOCK] = assignment.chunk_of(uniq[lo:lo + MAP_BLOCK])
     local_u = np.empty(uniq.size, dtype=np.int64)
     owned_u = np.isin(chunk_u, chunks)
     for i, k in enumerate(chunks):

@@ -81,21 +81,29 @@ def removed_if_left_empty(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def sha256_of(path: str | Path, offset: int = 0, block: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes from `offset` (a .npy's data: offset past its header)."""
-    h = hashlib.sha256()
+def _blocks(path: str | Path, offset: int = 0, block: int = 1 << 20) -> Iterator[memoryview]:
+    """A file's bytes from `offset`, one reused buffer at a time (half the CPU of read() here,
+    which allocates, and faults in, a new buffer for every block)."""
+    buf = bytearray(block)
+    view = memoryview(buf)
     with open(path, "rb") as fh:
         fh.seek(offset)
-        while buf := fh.read(block):
-            h.update(buf)
+        while n := fh.readinto(buf):
+            yield view[:n]
+
+
+def sha256_of(path: str | Path, offset: int = 0) -> str:
+    """Hex sha256 of a file's bytes from `offset` (a .npy's data: offset past its header)."""
+    h = hashlib.sha256()
+    for buf in _blocks(path, offset):
+        h.update(buf)
     return h.hexdigest()
 
 
-def crc32_of(path: str | Path, block: int = 1 << 22) -> int:
+def crc32_of(path: str | Path) -> int:
     """CRC-32 of a file's bytes: a check against a torn or damaged copy of a file this program
     wrote itself (some 3x cheaper than sha256 here), not against one made to match."""
     crc = 0
-    with open(path, "rb") as fh:
-        while buf := fh.read(block):
-            crc = zlib.crc32(buf, crc)
+    for buf in _blocks(path):
+        crc = zlib.crc32(buf, crc)
     return crc

@@ -16,14 +16,14 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
-_SLAB_EDGES = 1 << 20
+_SLAB_EDGES = 1 << 18
 
 
-def _neighbour_sums(indptr: np.ndarray, indices: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """(A h)[v] = sum of h over v's in-neighbours, a slab of rows at a time."""
+def _neighbour_sums(indptr: np.ndarray, indices: np.ndarray, h: np.ndarray, ones: np.ndarray) -> np.ndarray:
+    """(A h)[v] = sum of h over v's in-neighbours, a slab of rows at a time; `ones`: a slab's
+    unit weights."""
     n = indptr.size - 1
     out = np.empty(n, dtype=h.dtype)
-    ones = np.ones(min(int(indptr[-1]), _SLAB_EDGES), dtype=h.dtype)
     lo = 0
     while lo < n:
         # the largest row range starting at lo with at most _SLAB_EDGES edges (at least one row)
@@ -47,6 +47,7 @@ def coverage(indptr: Tensor, indices: Tensor, complete: Tensor, num_layers: int)
     ix = indices.numpy()
     h = complete.numpy().astype(np.float64)
     deg = np.diff(ip).astype(np.float64) + 1.0
+    ones = np.ones(min(int(ip[-1]), _SLAB_EDGES))
     for _ in range(num_layers - 1):
-        h = (h + _neighbour_sums(ip, ix, h)) / deg
+        h = (h + _neighbour_sums(ip, ix, h, ones)) / deg
     return torch.from_numpy(h)
