@@ -412,11 +412,13 @@ def floor_lines(rows: list[dict]) -> list[str]:
           "a cut in the workers' own cost of the store (their fetch and build CPU, its bytes on their links) "
           "could take a cell, the storage machine kept as measured. Each epoch after the first is taken as the "
           "longer of the job's steps at their cheapest (the least modelled epoch over the job's epochs, the "
-          "storage machine left out: no worker fetching, building or waiting) and that epoch's storage machine "
+          "storage machine left out) and that epoch's storage machine "
           "working beside them (its CPU plus its link's bytes at the rate, as the prefetch runs); the mean of "
           "those is the floor, and DistDGL's modelled mean over it the most Grappa's workers could reach. The "
           "storage machine's busiest epoch is shown split into its CPU (SeaweedFS serving the round) and its "
-          "link. Medians over the cell's jobs.", "",
+          "link. Medians over the cell's jobs. In a job with a round every 2 epochs every epoch after the first "
+          "fetches ahead or starts a round, so its cheapest epoch still holds some of a round's work: its floor "
+          "is above what the steps alone would give (compare the same graph's cell with a round every 10).", "",
           "| cell | steps at their cheapest s | storage machine, busiest epoch: CPU s + link s | floor s | "
           "**DistDGL ÷ Grappa at most (model)** | DistDGL ÷ Grappa now (model, behind) | target (P = 8) |",
           "|---|---|---|---|---|---|---|"]

@@ -70,3 +70,21 @@ def test_a_background_sampler_ends_when_stopped_or_dropped():
     gc.collect()
     assert _wait_gone(new) == []
     assert stopped.peak_pss >= 0
+
+
+def test_the_c_librarys_trim_is_looked_up_once(monkeypatch):
+    """find_library runs `ldconfig -p` in a child process: a worker pays for it once, not every
+    round it trims its heap."""
+    import ctypes.util
+
+    from grappa.util import process_memory
+    calls = []
+    real = ctypes.util.find_library
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: calls.append(name) or real(name))
+    process_memory._malloc_trim.cache_clear()
+    try:
+        first, second = process_memory.release_free_memory(), process_memory.release_free_memory()
+    finally:
+        process_memory._malloc_trim.cache_clear()
+    assert calls == ["c"]
+    assert isinstance(first, bool) and isinstance(second, bool)

@@ -215,6 +215,50 @@ def test_the_local_copy_builds_the_graph_the_store_does(prepared, tmp_path):
     assert all(local.store_reads()[k] == 0 for k in FETCH_COUNTS)  # nothing wired: zeros
 
 
+def test_the_fetchs_sources_serve_one_build_of_its_own_round(prepared, tmp_path):
+    """The distinct in-edge sources a halo's fetch found (each chunk copy's kept between rounds)
+    are the store's, handed to the view of that round once; a view of another round finds its own,
+    and both build the graph the store does."""
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    copy = LocalCopy(cfg.store_path, tmp_path / "local")
+    copy.fetch(base + [var])
+    view = copy.view(base + [var])
+    uniq, chunk_u = view.take_sources(base + [var])
+    want = np.unique(np.concatenate([arrays.file(k, "indices.npy") for k in base + [var]]).astype(np.int64))
+    np.testing.assert_array_equal(uniq, want)
+    np.testing.assert_array_equal(chunk_u, arrays.chunk_of[want])
+    assert view.take_sources(base + [var]) is None  # given once
+    copy.fetch(base + [var2])  # the base chunks' sources from the first fetch, var2's new
+    copy.fetch(base + [var])  # here already: no halo fetched, so no sources found
+    first, second = copy.view(base + [var]), copy.view(base + [var2])
+    assert first.sources is None and second.sources is None  # var2's, dropped by the view of another round
+    for v, chunk in ((first, var), (second, var2)):
+        assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, chunk),
+                          build_local_graph(v, base, chunk))
+
+
+def test_a_halo_file_changed_in_place_is_not_trusted_by_a_resumed_worker(prepared, tmp_path):
+    """A halo file of the same size but other bytes fails its CRC-32: fetched again."""
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned = base + [var]
+    folder = tmp_path / "local"
+    LocalCopy(cfg.store_path, folder).fetch(owned)
+    deg = folder / halo_key(owned) / "deg.npy"
+    raw = bytearray(deg.read_bytes())
+    raw[-1] ^= 0x01
+    deg.write_bytes(bytes(raw))
+    again = LocalCopy(cfg.store_path, folder).fetch(owned)  # a resumed worker
+    assert again.chunk_files == again.halo_index == 0
+    assert again.halo_rows == arrays.halo_bytes(owned)[1]  # the halo fetched again
+    halo = arrays.halo(owned)  # the folder's order: by chunk, then id
+    degs = [np.diff(arrays.file(c, "indptr.npy"))[np.searchsorted(arrays.file(c, "nodes.npy"),
+                                                                  halo[arrays.chunk_of[halo] == c])]
+            for c in arrays.halo_chunks(owned)]
+    np.testing.assert_array_equal(np.load(deg), np.concatenate(degs))
+
+
 def test_an_as_read_round_fetches_the_halo_structure_then_each_row_when_first_read(prepared, tmp_path):
     cfg, arrays = prepared
     base, var, _ = owned_sets()
