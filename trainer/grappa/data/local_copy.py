@@ -28,6 +28,11 @@ of its rows is read from the store, and the whole file checked against the manif
 bucket the same files and rows are read by GETs (a file whole, rows and entries in ranges); the
 bucket's manifest is the local mirror's (storeDir).
 
+What a round's halo is found from is kept in memory as the folder keeps its files: per chunk copy,
+the distinct sources of its in-edges (8 bytes each; a base chunk's found once a job, a new
+variable chunk's once), and each index-<k>'s maps; the build of the round's graph takes the
+distinct sources the fetch found (LocalView.take_sources) rather than finding them again.
+
 Nothing half-fetched is used: a copy is written under a `.tmp-` name and renamed into place when
 complete; a worker killed mid-fetch leaves only `.tmp-` entries, removed when the folder is opened
 again. A chunk file's sha256 is checked against the store's manifest while it is copied, and a
