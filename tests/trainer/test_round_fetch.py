@@ -238,13 +238,18 @@ def test_the_fetchs_sources_serve_one_build_of_its_own_round(prepared, tmp_path)
                           build_local_graph(v, base, chunk))
 
 
+def fetched_once(cfg, tmp_path):
+    """A round (the base chunks and the first other one) fetched into tmp_path/local: (owned, folder)."""
+    base, var, _ = owned_sets()
+    folder = tmp_path / "local"
+    LocalCopy(cfg.store_path, folder).fetch(base + [var])
+    return base + [var], folder
+
+
 def test_a_halo_file_changed_in_place_is_not_trusted_by_a_resumed_worker(prepared, tmp_path):
     """A halo file of the same size but other bytes fails its CRC-32: fetched again."""
     cfg, arrays = prepared
-    base, var, _ = owned_sets()
-    owned = base + [var]
-    folder = tmp_path / "local"
-    LocalCopy(cfg.store_path, folder).fetch(owned)
+    owned, folder = fetched_once(cfg, tmp_path)
     deg = folder / halo_key(owned) / "deg.npy"
     raw = bytearray(deg.read_bytes())
     raw[-1] ^= 0x01
@@ -701,10 +706,7 @@ def test_a_worker_killed_mid_fetch_resumes_and_uses_nothing_half_fetched(prepare
 
 def test_a_halo_record_missing_a_file_is_not_trusted_the_halo_fetched_again(prepared, tmp_path):
     cfg, arrays = prepared
-    base, var, _ = owned_sets()
-    owned = base + [var]
-    folder = tmp_path / "local"
-    LocalCopy(cfg.store_path, folder).fetch(owned)
+    owned, folder = fetched_once(cfg, tmp_path)
     halo = folder / halo_key(owned)
     record = json.loads((halo / "fetched.json").read_text())
     assert set(record["files"]) == set(HALO_FILES)
