@@ -710,7 +710,7 @@ def test_a_halo_record_missing_a_file_is_not_trusted_the_halo_fetched_again(prep
     halo = folder / halo_key(owned)
     record = json.loads((halo / "fetched.json").read_text())
     assert set(record["files"]) == set(HALO_FILES)
-    del record["files"]["x.npy"]  # a damaged record: x.npy's size and sha256 no longer checked
+    del record["files"]["x.npy"]  # a damaged record: x.npy's size and CRC-32 no longer checked
     (halo / "fetched.json").write_text(json.dumps(record))
     x = halo / "x.npy"
     size = x.stat().st_size
