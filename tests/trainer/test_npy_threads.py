@@ -49,3 +49,24 @@ def test_shards_opening_one_store_at_once_parse_headers_under_the_lock(tmp_path)
     assert not errors, errors
     assert _watch["parses"] >= 4 * 4, _watch  # every shard parsed headers of every chunk
     assert _watch["unlocked"] == [], f"headers parsed outside grappa.util.npy's lock by {_watch['unlocked']}"
+
+
+def test_a_round_fetched_ahead_parses_headers_under_the_lock(tmp_path):
+    """The background fetch reads the last halo's runs and maps the next round's files while the
+    steps (and their own maps) go on in the main thread."""
+    from grappa.data.local_copy import LocalCopy
+    from grappa.data.local_graph import build_local_graph
+    from grappa.data.prefetch import RoundFetcher
+    cfg = small_store(tmp_path, chunks=4)
+    fetcher = RoundFetcher(LocalCopy(cfg.store_path, tmp_path / "local"))
+    fetcher.take([0, 1])  # a halo in chunks 2 and 3, its runs kept in the folder
+    _watch.update(on=True, parses=0, unlocked=[])
+    try:
+        fetcher.ahead([0, 2], build=lambda view: build_local_graph(view, [0], 2))
+        fetcher.close()
+    finally:
+        _watch["on"] = False
+    assert fetcher.take([0, 2]) is not None and fetcher.hand_over() is not None  # fetched and built ahead
+    assert _watch["parses"] > 0, _watch
+    assert _watch["unlocked"] == [], f"headers parsed outside grappa.util.npy's lock by {_watch['unlocked']}"
+    fetcher.close(remove=True)

@@ -29,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 
-from grappa.util.npy import map_npy
+from grappa.util.npy import load_npy, map_npy
 
 RUN_FILES = ("x.npy", "xpos.npy", "xruns.npy")  # a halo folder's rows, beside its index files
 _BATCH_BYTES = 1 << 25
@@ -110,7 +110,7 @@ class HeldRuns:
     def add_halo(self, folder: Path) -> None:
         """A halo folder's runs (RUN_FILES), in (chunk, row) order; runs that continue one another,
         in the store and in x.npy (a long one split), are joined."""
-        runs = np.load(folder / "xruns.npy")
+        runs = load_npy(folder / "xruns.npy")
         x = map_npy(folder / "x.npy")
         for k in np.unique(runs[:, 0]).tolist():
             first, end, at = (runs[runs[:, 0] == k, c] for c in (1, 2, 3))

@@ -50,7 +50,7 @@ from grappa.data.sources.base import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, GraphSo
 from grappa.data.sources.in_memory import MemoryEdges
 from grappa.data.store.manifest import LINK_DIR
 from grappa.data.store.prepare_progress import PhaseBar
-from grappa.util.npy import map_npy
+from grappa.util.npy import load_npy, map_npy
 
 SUPERVISION = ("train", "val", "test")
 EVALUATED = ("val", "test")
@@ -92,7 +92,7 @@ def split_edges(edge_index: np.ndarray, num_nodes: int, val_fraction: float, tes
     with tempfile.TemporaryDirectory(prefix="grappa-split-") as tmp:
         keys = edge_keys(_EdgeList(edge_index, num_nodes), Path(tmp) / "keys", block_edges)
         _split_files(keys, val_fraction, test_fraction, seed, Path(tmp), block_edges)
-        train, val, test = (np.load(Path(tmp) / f"{s}.npy") for s in SUPERVISION)
+        train, val, test = (load_npy(Path(tmp) / f"{s}.npy") for s in SUPERVISION)
     message = np.concatenate([train, train[::-1]], axis=1) if keys.undirected else train
     return LinkSplit(message, train, val, test, keys.undirected)
 

@@ -26,6 +26,13 @@ def map_npy(path: str | Path) -> np.ndarray:
         return np.load(str(path), mmap_mode="r", allow_pickle=False)
 
 
+def load_npy(path: str | Path) -> np.ndarray:
+    """np.load(path) read whole under HEADER_LOCK (pickles refused): for small files, as the
+    lock is held while the data is read too."""
+    with HEADER_LOCK:
+        return np.load(str(path), allow_pickle=False)
+
+
 def parse_header(head: bytes) -> tuple[np.dtype, tuple, bool, int]:
     """(dtype, shape, fortran order, data offset) of the .npy header `head` starts with, parsed
     under HEADER_LOCK; ValueError where the bytes end first or are no .npy header."""

@@ -14,6 +14,7 @@ import numpy as np
 
 from grappa.data.store.npywriter import _header
 from grappa.util.files import sha256_of
+from grappa.util.npy import HEADER_LOCK
 
 
 
@@ -45,7 +46,7 @@ class ColumnsWriter:
 
 def data_offset(path: Path) -> tuple[int, tuple[int, ...]]:
     """Where a .npy's data starts, and its shape."""
-    with open(path, "rb") as fh:
+    with open(path, "rb") as fh, HEADER_LOCK:  # numpy parses it with ast (util/npy.py)
         major, _ = np.lib.format.read_magic(fh)
         read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         shape, _, _ = read(fh)

@@ -38,6 +38,7 @@ from grappa.data.sources.base import (
 )
 from grappa.data.sources.npyio import NpyHeader, npy_header, read_rows
 from grappa.data.sources.split_files import SplitIndex
+from grappa.util.npy import load_npy
 
 FEATURE_DTYPES = (np.float32, np.float16)
 LINK_EDGE_FILES = {"train": "train_edges.npy", "val": "val_edges.npy", "test": "test_edges.npy"}
@@ -194,7 +195,7 @@ class ArraysSource(GraphSource):
         for key, path in {**present, **negatives}.items():
             h = npy_header(path)
             _integer(h, "node ids")
-            arrays[key] = read_rows(h, path, 0, h.rows) if len(h.shape) == 1 else np.load(path)
+            arrays[key] = read_rows(h, path, 0, h.rows) if len(h.shape) == 1 else load_npy(path)
         return GivenSplit(edges={s: arrays[s] for s in LINK_EDGE_FILES},
                           negatives={s: arrays[s] for s in LINK_NEGATIVE_FILES if s in arrays},
                           files={**LINK_EDGE_FILES, **LINK_NEGATIVE_FILES}, where=str(self.folder))
