@@ -246,6 +246,31 @@ def fetched_once(cfg, tmp_path):
     return base + [var], folder
 
 
+def test_rows_filled_in_memory_or_through_the_files_map_make_the_same_folder(prepared, tmp_path, monkeypatch):
+    """A new file's rows (the halo's x.npy, a variable chunk assembled from the rows held) are
+    filled in memory and written when they fit a slab, counted among the fetch's held bytes;
+    larger, through the file's map. The folder is the same either way, the store's rows."""
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    folders, peaks, whole = {}, {}, local_copy._RUNS_SLAB
+    for slab in (whole, 64):  # 64 bytes: nothing fits, every file filled through its map
+        monkeypatch.setattr(local_copy, "_RUNS_SLAB", slab)
+        folder = folders[slab] = tmp_path / f"slab-{slab}"
+        copy = LocalCopy(cfg.store_path, folder)
+        copy.fetch(base + [var])
+        f = Fetched()
+        copy.fetch(base + [var2], f)  # var2's x.npy assembled from the rows var's halo holds
+        peaks[slab] = f.memory_peak
+    big, small = folders[whole], folders[64]
+    x_bytes = (big / halo_key(base + [var2]) / "x.npy").stat().st_size - 128  # a header at most
+    assert peaks[whole] >= x_bytes > peaks[64]  # counted while held in memory
+    files = sorted(p.relative_to(big) for p in big.rglob("*.npy"))
+    assert files == sorted(p.relative_to(small) for p in small.rglob("*.npy"))
+    for rel in files:
+        assert (big / rel).read_bytes() == (small / rel).read_bytes(), rel
+    np.testing.assert_array_equal(np.load(big / chunk_dir(var2) / "x.npy"), arrays.file(var2, "x.npy"))
+
+
 def test_a_halo_file_changed_in_place_is_not_trusted_by_a_resumed_worker(prepared, tmp_path):
     """A halo file of the same size but other bytes fails its CRC-32: fetched again."""
     cfg, arrays = prepared

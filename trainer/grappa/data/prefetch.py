@@ -20,8 +20,9 @@ fetched ahead (storage.fetch: on-demand).
 
 Bounded: the folder holds at most two rounds' data, the current one's and the next one's (base
 chunks, shared, once), everything else evicted at each `take`; the background fetch holds one
-fetch's index arrays and one slab of rows in memory (local_copy.Fetched.hold), then what `build`
-made (the next round's local graph) until the round starts. `counts()` reports
+fetch's index arrays, one slab of rows read and a new file's rows of at most a slab in memory
+(local_copy.Fetched.hold), then what `build` made (the next round's local graph) until the
+round starts. `counts()` reports
 per round (local_graph.FETCH_COUNTS): the store bytes fetched for the round, how many of them
 ahead, of them the halo's feature rows and those fetched as the steps read them (a mini-batch
 round's: data/halo_rows.py, never ahead), the store bytes the folder held already (halo rows, a chunk's index, a new variable chunk's
