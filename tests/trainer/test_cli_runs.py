@@ -2,6 +2,7 @@
 a rerun resumes only the same run; outputs say what happened; local ports listen on loopback."""
 import contextlib
 import io
+import ipaddress
 import json
 import shutil
 import socket
@@ -47,9 +48,29 @@ def listening(pids: list[int]) -> set[tuple[str, int]]:
     return out
 
 
-def train(argv: list[str], run_dir: Path, watch: bool = False) -> dict:
+def listening_on(ports: set[int]) -> set[tuple[str, int]]:
+    """Every socket of this machine listening on one of `ports`, by the kernel's own tables (one
+    read each, so a short-lived rank's is seen too: scanning each rank's sockets takes longer)."""
+    out = set()
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, port = local.split(":")
+            if state != "0A" or int(port, 16) not in ports:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(addr)  # each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            out.add((str(ipaddress.ip_address(raw)), int(port, 16)))
+    return out
+
+
+def train(argv: list[str], run_dir: Path, watch: bool = False, ports: set[int] = frozenset()) -> dict:
     """main(["train", ...]) with its output captured (not a terminal, as in a pod's log), and
-    while it runs the listening sockets of its ranks (pids.json)."""
+    while it runs the listening sockets of its ranks (pids.json) and any on `ports`."""
     out, err, result, seen = io.StringIO(), io.StringIO(), {}, set()
 
     def run() -> None:
@@ -60,12 +81,14 @@ def train(argv: list[str], run_dir: Path, watch: bool = False) -> dict:
     t.start()
     while t.is_alive():
         pids = run_dir / "pids.json"
+        if watch:
+            seen |= listening_on(set(ports))
         if watch and pids.is_file():
             try:
                 seen |= listening([int(p) for p in json.loads(pids.read_text()).values()])
             except ValueError:  # being written
                 pass
-        time.sleep(0.05)
+        time.sleep(0.01)
     t.join()
     return {"rc": result.get("rc"), "out": out.getvalue(), "err": err.getvalue(), "listening": seen}
 
@@ -78,7 +101,7 @@ def first(tmp_path_factory):
     argv = ["train", "--dataset", "csbm", "--set", "dataset.synthetic.numNodes=400", "--partitions", str(P),
             "--hidden", "16", "--epochs", "4", "--checkpoint-interval", "2", "--run-dir", str(run),
             "--store-dir", str(tmp / "store"), "--metrics-port", str(port)]
-    res = train(argv, run, watch=True)
+    res = train(argv, run, watch=True, ports={port + r for r in range(P + 1)})  # every rank's metrics
     assert res["rc"] == 0, res["err"][-3000:]
     return {**res, "argv": argv, "run": run, "tmp": tmp, "port": port}
 
