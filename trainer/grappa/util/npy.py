@@ -27,10 +27,9 @@ def map_npy(path: str | Path) -> np.ndarray:
 
 
 def load_npy(path: str | Path) -> np.ndarray:
-    """np.load(path) read whole under HEADER_LOCK (pickles refused): for small files, as the
-    lock is held while the data is read too."""
-    with HEADER_LOCK:
-        return np.load(str(path), allow_pickle=False)
+    """np.load(path) into memory, its header parsed under HEADER_LOCK (map_npy); the data is
+    read after the lock is released, so a large file holds no other thread's parse."""
+    return np.array(map_npy(path))
 
 
 def parse_header(head: bytes) -> tuple[np.dtype, tuple, bool, int]:
