@@ -559,7 +559,8 @@ def render(runs: dict, out: Path) -> Path:
            "first read them (a mini-batch round's: the rest of its data comes at its start or ahead); "
            "from the folder (per worker per round, not in what was fetched): the store bytes the worker's folder "
            "held from the rounds before, taken from there instead of the store: halo rows (the runs its last halo "
-           "was read in, its last chunk copies), and, in jobs from the code that keeps them, the chunks' index "
+           "was read in, its last chunk copies; in jobs from the code that keeps it, the halo of its base chunks, "
+           "fetched once a job, whose rows a round's halo points at rather than copies), and, in jobs from the code that keeps them, the chunks' index "
            "files and a new variable chunk's feature rows its last halo held (halo rows only in jobs run on "
            "4f62d5c or d8a0670; – for jobs from before it was counted); "
            "fetched ahead: the share fetched during the round before. Peak prefetch memory: the more of the background fetch's buffers and the next round's local graph it built, held until that round starts (in jobs from before it built the graph, the buffers alone); it and the folder: the largest worker's.",

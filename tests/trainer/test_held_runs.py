@@ -96,3 +96,30 @@ def test_long_runs_between_files_are_copied_by_the_kernel_or_else_by_numpy(tmp_p
     assert calls == ([9 * 32 - 40 * i for i in range(8)] + [20 * 32 - 40 * i for i in range(16)]
                      if kernel == "copies" else [9 * 32])
     assert held_runs.file_rows(np.zeros((3, 2))) is None
+
+
+def test_locate_finds_each_row_a_halos_runs_hold_and_only_those(tmp_path):
+    rng = np.random.default_rng(1)
+    store = {k: rng.standard_normal((40, 4)).astype(np.float32) for k in range(4)}
+    write_halo(tmp_path / "a", store, [(1, 0, 1), (1, 3, 10), (1, 10, 12), (2, 5, 39), (3, 39, 40)])
+    runs, x = np.load(tmp_path / "a" / "xruns.npy"), np.load(tmp_path / "a" / "x.npy")
+    chunks = np.repeat(np.arange(5), 40)  # every row of chunks 0..4 (0 and 4: none held)
+    rows = np.tile(np.arange(40), 5)
+    pos = held_runs.locate(runs, chunks, rows)
+    for c, r, p in zip(chunks.tolist(), rows.tolist(), pos.tolist()):
+        held = any(k == c and f <= r < e for k, f, e, _ in runs.tolist())
+        assert (p >= 0) == held, (c, r)
+        if held:
+            np.testing.assert_array_equal(x[p], store[c][r])
+
+
+def test_run_rows_beside_a_stable_halo_read_each_row_from_its_part():
+    rng = np.random.default_rng(2)
+    stable, own = rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    pos = np.array([6, 0, 4, 8, 2, 5])  # below 5: the stable halo's rows; the others own's (pos - 5)
+    rows = held_runs.RunRows(own, pos, stable)
+    whole = np.concatenate([stable, own])
+    assert rows.shape == (6, 3) and len(rows) == 6
+    for idx in (np.arange(6), np.array([1, 4]), np.array([0, 3]), np.zeros(0, int), slice(1, 5), 3, 1):
+        np.testing.assert_array_equal(rows[idx], whole[pos[idx]])
+    np.testing.assert_array_equal(held_runs.RunRows(whole, pos)[np.arange(6)], whole[pos])

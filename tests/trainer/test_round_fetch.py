@@ -238,6 +238,63 @@ def test_the_fetchs_sources_serve_one_build_of_its_own_round(prepared, tmp_path)
                           build_local_graph(v, base, chunk))
 
 
+def test_a_halo_beside_the_stable_halo_takes_its_rows_from_it_and_writes_only_the_others(prepared, tmp_path):
+    """With the chunks owned every round named (a worker's base chunks), their halo is fetched once
+    and kept; a round's halo places its rows held there at their rows there and writes only the
+    others. Every round builds the store's graph, reads from the store what the folder lacks and
+    no more, and the first round reads the rows it read without the stable halo."""
+    cfg, arrays = prepared
+    base, var, var2 = owned_sets()
+    folder = tmp_path / "local"
+    copy = LocalCopy(cfg.store_path, folder, stable=base)
+    got = {}
+    for owned, before in ((base + [var], None), (base + [var2], base + [var])):
+        got[owned[-1]] = f = copy.fetch(owned)
+        halo = arrays.halo(owned)
+        lacking = ~np.isin(halo, arrays.halo(base))
+        own = np.load(folder / halo_key(owned) / "x.npy")  # from a folder store, a run is its rows exactly
+        assert 0 < own.shape[0] == lacking.sum() < halo.size
+        assert f.halo_rows + f.reused >= arrays.halo_bytes(owned)[1]  # the stable halo's rows reused
+        if before is not None:
+            assert f.halo_rows == arrays.rows_not_held(before, owned)
+        assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, owned[-1]),
+                          build_local_graph(copy.view(owned), base, owned[-1]))
+        assert halo_key(base) in copy.entries(owned)
+        copy.evict(copy.entries(owned))  # the last round's halo goes, the stable one stays
+        assert (folder / halo_key(base)).is_dir() and not (before and (folder / halo_key(before)).exists())
+    plain = LocalCopy(cfg.store_path, tmp_path / "plain")
+    first = plain.fetch(base + [var])
+    # the same rows read as without it, counted once; the stable halo's rows in the variable chunk
+    # taken from its copy
+    in_var = int((arrays.chunk_of[arrays.halo(base)] == var).sum()) * arrays.file(0, "x.npy")[0].nbytes
+    assert (got[var].halo_rows, got[var].reused) == (first.halo_rows, first.reused + in_var)
+    assert plain.fetch(base + [var2]).halo_rows == got[var2].halo_rows
+
+
+def test_a_halo_beside_the_stable_halo_is_trusted_only_beside_the_one_it_was_made_beside(prepared, tmp_path):
+    """A resumed worker keeps a halo beside the stable halo when that halo is the same (rows and
+    CRC-32 as recorded); else, or by a copy that keeps no stable halo, it is fetched again."""
+    cfg, arrays = prepared
+    base, var, _ = owned_sets()
+    owned, folder = base + [var], tmp_path / "local"
+    LocalCopy(cfg.store_path, folder, stable=base).fetch(owned)
+    record = folder / halo_key(owned) / "fetched.json"
+    made = json.loads(record.read_text())
+    assert made["rows_from"]["halo"] == halo_key(base)
+    assert LocalCopy(cfg.store_path, folder, stable=base).fetch(owned).total == 0  # resumed: all kept
+    record.write_text(json.dumps({**made, "rows_from": {**made["rows_from"], "crc32": made["rows_from"]["crc32"] ^ 1}}))
+    copy = LocalCopy(cfg.store_path, folder, stable=base)
+    again = copy.fetch(owned)
+    assert again.chunk_files == again.halo_index == 0 and again.halo_rows > 0  # the halo, fetched again
+    assert json.loads(record.read_text())["rows_from"] == made["rows_from"]
+    assert_same_graph(build_local_graph(ChunkStore(cfg.store_path), base, var),
+                      build_local_graph(copy.view(owned), base, var))
+    plain = LocalCopy(cfg.store_path, folder)  # keeps all of a halo's rows in its own folder
+    assert plain.fetch(owned).halo_rows > 0
+    assert "rows_from" not in json.loads(record.read_text())
+    assert np.load(folder / halo_key(owned) / "x.npy").shape[0] == arrays.halo(owned).size
+
+
 def fetched_once(cfg, tmp_path):
     """A round (the base chunks and the first other one) fetched into tmp_path/local: (owned, folder)."""
     base, var, _ = owned_sets()

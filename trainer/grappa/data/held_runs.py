@@ -19,6 +19,10 @@ read from the store (local_copy.py checks the whole file against the manifest's 
 
 Bounded as the folder is (two rounds' data): a round's runs are what its fetch would read from
 the store, gaps included; they replace the bare rows, never add to them.
+
+`locate` finds where a halo folder's runs hold given rows: a round's halo beside the stable halo
+(local_copy.py) points at those rows there instead of copying them, and `RunRows` reads each
+halo row from its part.
 """
 from __future__ import annotations
 
@@ -107,17 +111,24 @@ class HeldRuns:
         zero = np.zeros(1, np.int64)
         self._sources.setdefault(k, []).append((zero, np.full(1, x.shape[0], np.int64), x, zero))
 
-    def add_halo(self, folder: Path) -> None:
+    def add_halo(self, folder: Path, sources: Optional[dict] = None) -> dict:
         """A halo folder's runs (RUN_FILES), in (chunk, row) order; runs that continue one another,
-        in the store and in x.npy (a long one split), are joined."""
-        runs = load_npy(folder / "xruns.npy")
-        x = map_npy(folder / "x.npy")
-        for k in np.unique(runs[:, 0]).tolist():
-            first, end, at = (runs[runs[:, 0] == k, c] for c in (1, 2, 3))
-            joined = np.r_[False, (first[1:] == end[:-1]) & (at[1:] == at[:-1] + end[:-1] - first[:-1])]
-            keep = ~joined
-            last = np.r_[np.flatnonzero(keep)[1:], first.size] - 1  # each joined range's last run
-            self._sources.setdefault(int(k), []).append((first[keep], end[last], x, at[keep]))
+        in the store and in x.npy (a long one split), are joined. Returns what it added, per
+        chunk, to be given as `sources` next time for the same folder (unchanged) instead of
+        reading it again."""
+        if sources is None:
+            sources = {}
+            runs = load_npy(folder / "xruns.npy")
+            x = map_npy(folder / "x.npy")
+            for k in np.unique(runs[:, 0]).tolist():
+                first, end, at = (runs[runs[:, 0] == k, c] for c in (1, 2, 3))
+                joined = np.r_[False, (first[1:] == end[:-1]) & (at[1:] == at[:-1] + end[:-1] - first[:-1])]
+                keep = ~joined
+                last = np.r_[np.flatnonzero(keep)[1:], first.size] - 1  # each joined range's last run
+                sources[int(k)] = (first[keep], end[last], x, at[keep])
+        for k, source in sources.items():
+            self._sources.setdefault(k, []).append(source)
+        return sources
 
     def chunks(self) -> list[int]:
         """The chunks the folder holds rows of."""
@@ -165,12 +176,29 @@ class HeldRuns:
         return done
 
 
+def locate(runs: np.ndarray, chunks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Where a halo folder's runs (xruns.npy: chunk, first row, end row, position; in (chunk,
+    row) order) hold each (chunks[i], rows[i]): its row in that folder's x.npy, or -1."""
+    pos = np.full(rows.size, -1, dtype=np.int64)
+    for k in np.intersect1d(np.unique(chunks), runs[:, 0]).tolist():
+        sel = np.flatnonzero(chunks == k)
+        mine = runs[runs[:, 0] == k]
+        i = np.searchsorted(mine[:, 1], rows[sel], "right") - 1
+        ic = np.maximum(i, 0)
+        ok = (i >= 0) & (rows[sel] < mine[ic, 2])
+        pos[sel[ok]] = mine[ic[ok], 3] + rows[sel[ok]] - mine[ic[ok], 1]
+    return pos
+
+
 class RunRows:
     """A halo chunk's rows in a halo folder's x.npy, indexed like that chunk's x.npy rows in
-    local_copy.LocalView (row j of the chunk's halo rows is x[pos[j]]): what FeatureRows reads."""
+    local_copy.LocalView (row j of the chunk's halo rows is x[pos[j]]): what FeatureRows reads.
+    With `stable` (the x.npy of the halo of the chunks owned every round, kept for the job) a
+    position below its row count is a row of it, the others x's row (position - that count)."""
 
-    def __init__(self, x: np.ndarray, pos: np.ndarray) -> None:
-        self.x, self.pos = x, pos
+    def __init__(self, x: np.ndarray, pos: np.ndarray, stable: Optional[np.ndarray] = None) -> None:
+        self.x, self.pos, self.stable = x, pos, stable
+        self.split = stable.shape[0] if stable is not None else 0
         self.dtype = x.dtype
         self.shape = (pos.shape[0], *x.shape[1:])
         self.strides = x.strides
@@ -180,4 +208,15 @@ class RunRows:
         return self.shape[0]
 
     def __getitem__(self, idx) -> np.ndarray:
-        return self.x[np.asarray(self.pos[idx])]
+        p = np.asarray(self.pos[idx])
+        if self.stable is None:
+            return self.x[p]
+        if p.ndim == 0:
+            return self.stable[p] if p < self.split else self.x[p - self.split]
+        old = p < self.split
+        if old.all():
+            return self.stable[p]
+        out = np.empty((*p.shape, *self.x.shape[1:]), dtype=self.dtype)
+        out[old] = self.stable[p[old]]
+        out[~old] = self.x[p[~old] - self.split]
+        return out

@@ -28,6 +28,14 @@ of its rows is read from the store, and the whole file checked against the manif
 bucket the same files and rows are read by GETs (a file whole, rows and entries in ranges); the
 bucket's manifest is the local mirror's (storeDir).
 
+The chunks owned every round (`stable`: a worker's base chunks) have a halo of their own, fetched
+once a job and kept: most of every round's halo is in it (RMAT-17 at P = 8: some 80% of a
+round's 48k halo rows). A round's halo folder then holds only the rows that halo lacks, and its
+xpos places the others at their rows there: a round writes a fifth of its halo's rows, not all of
+them again (a new file's pages are what a round's fetch spent most on). Those rows count as
+`reused`. The round's record names that halo (its rows and x.npy's CRC-32): a round's halo is
+trusted only beside the one it was made beside.
+
 What a round's halo is found from is kept in memory as the folder keeps its files: per chunk copy,
 the distinct sources of its in-edges (8 bytes each; a base chunk's found once a job, a new
 variable chunk's once), and each index-<k>'s maps; the build of the round's graph takes the
@@ -51,10 +59,14 @@ Folder layout:
     halo-<key>/deg.npy       int64 [h] global in-degree
     halo-<key>/row.npy       int64 [h] the row of each in its chunk's files
     halo-<key>/x.npy         [n, f] the runs of store rows that hold the halo's feature rows, in
-                             the store's dtype (rows="all" only, as the next two: held_runs.py)
-    halo-<key>/xpos.npy      int64 [h] the row in x.npy of each halo node's
+                             the store's dtype (rows="all" only, as the next two: held_runs.py);
+                             beside the stable halo, those it lacks
+    halo-<key>/xpos.npy      int64 [h] the row in x.npy of each halo node's; beside the stable
+                             halo, its row there, or its row in x.npy + that halo's row count
     halo-<key>/xruns.npy     int64 [runs, 4] (chunk, first row, end row, its first row in x.npy)
-    halo-<key>/fetched.json  what the folder was fetched for and each file's size and CRC-32
+    halo-<key>/fetched.json  what the folder was fetched for and each file's size and CRC-32 (and
+                             `rows_from`: the stable halo it was made beside)
+    halo-<stable key>/       the stable chunks' halo, the same files, kept for the job
     index-<k>/nodes.npy      chunk k's nodes and indptr, whole, kept for the job (16 bytes a node
     index-<k>/indptr.npy     at most, all chunks together): hard links to its copy's if it has one
     rows-<key>/x.bin         rows="as-read": the halo rows the round's steps read so far (halo_rows.py)
@@ -75,13 +87,13 @@ import numpy as np
 from grappa.data.distinct import MAP_BLOCK, distinct
 from grappa.data.errors import ChunkStoreError
 from grappa.data.halo_rows import HaloChunkRows, HaloRows
-from grappa.data.held_runs import RUN_FILES, HeldRuns, RunRows, spans
+from grappa.data.held_runs import RUN_FILES, HeldRuns, RunRows, locate, spans
 from grappa.data.pace import Pace
 from grappa.data.store.assign import ChunkAssignment
 from grappa.data.store.feature_codec import codec_of, rows_view
 from grappa.data.store.manifest import CHUNK_FILES, MANIFEST, chunk_dir, read_manifest
 from grappa.util.files import crc32_of, sha256_of
-from grappa.util.npy import map_npy
+from grappa.util.npy import load_npy, map_npy
 
 log = logging.getLogger("grappa.data.local_copy")
 _BLOCK = 1 << 22      # bytes per read when copying a file
@@ -178,13 +190,16 @@ def rows_key(owned: Sequence[int]) -> str:
 class LocalCopy:
     """A worker's folder of fetched round data, over the store at `store_path`."""
 
-    def __init__(self, store_path: str | Path, folder: str | Path, remote=None, rows: str = "all") -> None:
+    def __init__(self, store_path: str | Path, folder: str | Path, remote=None, rows: str = "all",
+                 stable: Sequence[int] = ()) -> None:
         if rows not in ROW_MODES:
             raise ValueError(f"rows must be one of {ROW_MODES}, not {rows!r}")
         self.store = Path(store_path)
         self.folder = Path(folder)
         self.as_read = rows == "as-read"
         self.halo_files = INDEX_FILES if self.as_read else HALO_FILES
+        # the chunks owned every round (a worker's base chunks): their halo's rows kept for the job
+        self.stable = sorted(stable)
         self.remote = None
         if remote is not None:  # a data.s3 Bucket: storeDir is its mirror, holding the manifest
             from grappa.data.s3.source import S3Source
@@ -206,6 +221,16 @@ class LocalCopy:
         self._sources: dict[int, np.ndarray] = {}
         self._index_maps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._last_sources: tuple[tuple[int, ...], np.ndarray, np.ndarray] | None = None
+        self._stable_runs: tuple[str, np.ndarray, dict] | None = None  # the stable halo's (_stable)
+        self._halo_runs: dict[str, dict] = {}  # per halo folder, what HeldRuns.add_halo read of it
+
+    def stable_of(self, owned: Sequence[int]) -> list[int] | None:
+        """The stable chunks whose halo's rows `owned`'s halo takes its own from (None: it keeps
+        all of its rows itself: as read, no stable chunks, or they are not all owned, or owned
+        are those alone)."""
+        if self.as_read or not self.stable or not set(self.stable) < set(owned):
+            return None
+        return self.stable
 
     # -- the store's side ----------------------------------------------------------------------
     def _entry(self, k: int, name: str) -> dict:
@@ -280,8 +305,12 @@ class LocalCopy:
             pace.expect(expect_rows)
         for k in todo:
             self._atomically(chunk_dir(k), lambda tmp, k=k: self._fetch_chunk(k, tmp, plans[k], held, out, pace))
-        if not self._usable_halo(owned):
-            self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out, pace))
+        stable = self.stable_of(owned)
+        fresh = stable is not None and not self._usable_halo(stable)  # once a job (round 0's fetch)
+        if fresh:
+            self._atomically(halo_key(stable), lambda tmp: self._fetch_halo(stable, tmp, out, pace))
+        if not self._usable_halo(owned):  # its rows in a stable halo fetched just now: not counted reused
+            self._atomically(halo_key(owned), lambda tmp: self._fetch_halo(owned, tmp, out, pace, not fresh))
         if pace is not None and not self.as_read:  # as read, rows fetched ahead settle it (LocalView.warm)
             pace.settle(0)
         return out
@@ -309,6 +338,13 @@ class LocalCopy:
         # No fsync: a killed process's writes survive in the page cache; a machine crash takes a
         # pod's emptyDir with it, and a local folder's copies are checked again on reuse.
         self._checked.add(name)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        """Drop what this process kept of a folder entry rewritten or removed."""
+        self._halo_runs.pop(name, None)
+        if self._stable_runs is not None and self._stable_runs[0] == name:
+            self._stable_runs = None
 
     def _plan_chunk(self, k: int, held: HeldRuns) -> "_ChunkPlan":
         """Where chunk k's files come from: its index kept in the folder, x.npy's rows from the
@@ -400,7 +436,8 @@ class LocalCopy:
             self._sources[k] = distinct([map_npy(self.folder / chunk_dir(k) / "indices.npy")])
         return self._sources[k]
 
-    def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched, pace: Pace | None = None) -> None:
+    def _fetch_halo(self, owned: Sequence[int], tmp: Path, out: Fetched, pace: Pace | None = None,
+                    held_stable: bool = True) -> None:
         owned = list(owned)
         # The halo from the owned chunks' local copies, as build_local_graph finds it.
         uniq = distinct([self._chunk_sources(k) for k in owned])
@@ -430,8 +467,16 @@ class LocalCopy:
             store_row[a:b] = rows
             deg[a:b] = indptr[rows + 1] - indptr[rows]
             del nodes, indptr
+        record = {"owned": sorted(owned), "store": self.digest}
         if not self.as_read:  # as read, the steps fetch the rows they read (halo_rows.py)
-            self._fetch_runs(tmp, chunks, store_row, bounds, out, pace)
+            stable = self.stable_of(owned)
+            if stable is None:
+                xpos = self._fetch_runs(tmp, chunks, store_row, bounds, out, pace)
+            else:
+                xpos, record["rows_from"] = self._fetch_runs_beside(stable, tmp, chunks, store_row, out, pace,
+                                                                    held_stable)
+            np.save(tmp / "xpos.npy", xpos)
+            out.drop(xpos)
         np.save(tmp / "ids.npy", ids)
         np.save(tmp / "chunk.npy", chunks.astype(np.int32))
         np.save(tmp / "deg.npy", deg)
@@ -439,12 +484,44 @@ class LocalCopy:
         out.drop(ids, chunks, deg, store_row)
         files = {name: {"size": (tmp / name).stat().st_size, "crc32": crc32_of(tmp / name)}
                  for name in self.halo_files}
-        (tmp / "fetched.json").write_text(json.dumps(
-            {"owned": sorted(owned), "store": self.digest, "files": files}, indent=1))
+        (tmp / "fetched.json").write_text(json.dumps({**record, "files": files}, indent=1))
+
+    def _stable(self, stable: Sequence[int]) -> tuple[str, np.ndarray, dict]:
+        """The stable halo's folder name, runs (xruns.npy), and what a halo beside it records of
+        it (its x.npy's rows and CRC-32): written once a job, so read once a process."""
+        name = halo_key(stable)
+        if self._stable_runs is None or self._stable_runs[0] != name:
+            crc = json.loads((self.folder / name / "fetched.json").read_text())["files"]["x.npy"]["crc32"]
+            self._stable_runs = (name, load_npy(self.folder / name / "xruns.npy"),
+                                 {"halo": name, "rows": int(map_npy(self.folder / name / "x.npy").shape[0]),
+                                  "crc32": crc})
+        return self._stable_runs
+
+    def _fetch_runs_beside(self, stable: Sequence[int], tmp: Path, chunks: np.ndarray, store_row: np.ndarray,
+                           out: Fetched, pace: Pace | None, held: bool) -> tuple[np.ndarray, dict]:
+        """The halo's rows beside the stable halo's: a row that one holds is its row there (no
+        copy; counted `reused` when `held`, the halo kept from a fetch before), the others' runs
+        written to tmp (_fetch_runs) and placed after its rows. Returns each halo row's position
+        and the record naming the stable halo (fetched.json)."""
+        _, runs, record = self._stable(stable)
+        split = record["rows"]
+        xpos = locate(runs, chunks, store_row)
+        out.hold(xpos)
+        rest = np.flatnonzero(xpos < 0)
+        codec = codec_of(self.manifest)
+        if held:
+            out.reused += (xpos.size - rest.size) * codec.columns * codec.dtype.itemsize
+        c = chunks[rest]
+        bounds = np.flatnonzero(np.r_[True, c[1:] != c[:-1], True]) if c.size else np.zeros(1, int)
+        own = self._fetch_runs(tmp, c, store_row[rest], bounds, out, pace)
+        xpos[rest] = own + split
+        out.drop(own)
+        return xpos, record
 
     def _fetch_runs(self, tmp: Path, chunks: np.ndarray, store_row: np.ndarray, bounds: np.ndarray,
-                    out: Fetched, pace: Pace | None) -> None:
-        """The halo's feature rows into tmp as runs (held_runs.py): the rows this folder holds
+                    out: Fetched, pace: Pace | None) -> np.ndarray:
+        """The halo's feature rows into tmp as runs (held_runs.py), returning each row's position
+        in its x.npy (counted as held: the caller drops it): the rows this folder holds
         are taken from it (a run held whole, or the rows of one held in part), the others read
         from the store, about _RUNS_SLAB bytes at a time (a bucket's requests in parallel), or
         _PACED_SLAB while a fetch ahead keeps to its budget."""
@@ -463,13 +540,14 @@ class LocalCopy:
         n = int((hi - lo).sum())
         run_of_row = np.repeat(np.arange(lo.size), want)
         out.hold(run_of_row, k, lo, hi, want, at)
-        np.save(tmp / "xpos.npy", at[run_of_row] + store_row - lo[run_of_row])
+        xpos = at[run_of_row] + store_row - lo[run_of_row]
+        out.hold(xpos)
         out.drop(run_of_row)
         np.save(tmp / "xruns.npy", np.stack([k, lo, hi, at], axis=1).reshape(-1, 4))
         if not n:  # no halo (one worker, or every chunk owned): an empty x.npy
             np.save(tmp / "x.npy", np.empty((0, codec.columns), dtype=codec.dtype))
             out.drop(k, lo, hi, want, at)
-            return
+            return xpos
         new = _NewRows(tmp / "x.npy", codec.dtype, (n, codec.columns), out)
         x_out = new.rows
         held, todo = self._held(), np.ones(lo.size, dtype=bool)
@@ -505,6 +583,7 @@ class LocalCopy:
         del x_out
         new.close()
         out.drop(k, lo, hi, want, at)
+        return xpos
 
     @staticmethod
     def _runs_not_held(held: HeldRuns, runs: tuple[np.ndarray, ...], halo_rows, x_out: np.ndarray,
@@ -544,8 +623,8 @@ class LocalCopy:
             if chunk_dir(k) in self._checked and (self.folder / chunk_dir(k)).is_dir():
                 held.add_chunk(k, map_npy(self.folder / chunk_dir(k) / "x.npy"))
         for name in sorted(n for n in list(self._checked) if n.startswith("halo-")):
-            if (self.folder / name / "xruns.npy").is_file():
-                held.add_halo(self.folder / name)
+            if (self.folder / name / "xruns.npy").is_file():  # a halo folder, once written, never changes
+                self._halo_runs[name] = held.add_halo(self.folder / name, self._halo_runs.get(name))
         return held
 
     def read_rows(self, reads: Sequence[tuple[int, np.ndarray]], out: Fetched) -> list[np.ndarray]:
@@ -599,6 +678,11 @@ class LocalCopy:
         files = rec.get("files")
         if not isinstance(files, dict) or set(files) != set(self.halo_files):  # damaged, or the other mode
             return False
+        stable = self.stable_of(owned)
+        if rec.get("rows_from") is not None or stable is not None:  # its rows beside the stable halo's
+            if stable is None or not self._usable_halo(stable) or \
+                    rec.get("rows_from") != self._stable(stable)[2]:
+                return False
         for f in self.halo_files:
             p, want = d / f, files[f]
             if not isinstance(want, dict) or not p.is_file() or p.stat().st_size != want.get("size") or \
@@ -618,8 +702,9 @@ class LocalCopy:
 
     def entries(self, owned: Sequence[int]) -> set[str]:
         """The folder entries an owned set's round reads, and the chunks' index kept for the job."""
+        stable = self.stable_of(owned)
         return {chunk_dir(k) for k in owned} | {halo_key(owned), rows_key(owned)} | \
-            {index_dir(k) for k in range(self.num_chunks)}
+            {index_dir(k) for k in range(self.num_chunks)} | ({halo_key(stable)} if stable else set())
 
     def disk_bytes(self, exclude: set[str] = frozenset()) -> int:
         """Bytes of the files in the folder (a fetch's `.tmp-` files included), but `exclude`'s;
@@ -645,6 +730,7 @@ class LocalCopy:
             if entry.name not in keep and not entry.name.startswith(_TMP):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
                 self._checked.discard(entry.name)
+                self._forget(entry.name)
         on_disk = {int(n.name.split("-", 1)[1]) for n in self.folder.iterdir() if n.name.startswith("chunk-")}
         self._sources = {k: v for k, v in self._sources.items() if k in on_disk}
         self._index_maps = {k: v for k, v in self._index_maps.items() if index_dir(k) in keep}
@@ -679,6 +765,8 @@ class LocalView:
         self.folder, self.owned = copy.folder, set(owned)
         halo = copy.folder / halo_key(owned)
         self._halo = {f[:-4]: map_npy(halo / f) for f in copy.halo_files}
+        stable = copy.stable_of(owned)  # its rows beside the stable halo's (checked by the fetch)
+        self._stable = map_npy(copy.folder / halo_key(stable) / "x.npy") if stable is not None else None
         self.rows = HaloRows(copy, halo, copy.folder / rows_key(owned), counts) if copy.as_read else None
         self._maps: dict[int, dict[str, np.ndarray]] = {}
         self.sources: tuple[np.ndarray, np.ndarray] | None = None  # given by LocalCopy.view
@@ -719,7 +807,7 @@ class LocalView:
                 h = self._halo
                 a, b = np.searchsorted(h["chunk"], [k, k + 1])
                 deg = np.asarray(h["deg"][a:b])
-                x = RunRows(h["x"], h["xpos"][a:b]) if self.rows is None else \
+                x = RunRows(h["x"], h["xpos"][a:b], self._stable) if self.rows is None else \
                     HaloChunkRows(self.rows, int(a), int(b - a))
                 self._maps[k] = {"nodes": h["ids"][a:b], "x": rows_view(self.manifest, x),
                                  "indptr": np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)}

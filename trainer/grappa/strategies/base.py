@@ -73,7 +73,8 @@ class Strategy(ABC):
         # the rows a round's seeds can reach, fetched with it, ahead with prefetch (data/sampling/reach.py)
         self._warm_ahead = rows == "as-read" and h == "reachable" and cfg.storage.fetch != "direct"
         self.fetcher = None if cfg.storage.fetch == "direct" else RoundFetcher(
-            LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows))
+            LocalCopy(store.path, cfg.local_path(rank), remote=getattr(store, "remote", None), rows=rows,
+                      stable=self.base))
         # the next round's owned set and first epoch, and this round's first epoch
         self._ahead: Optional[tuple[list[int], int, int]] = None
         self._epoch_started: Optional[float] = None
