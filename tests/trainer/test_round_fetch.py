@@ -484,6 +484,28 @@ def test_rounds_fetched_ahead_hold_two_rounds_at_most_and_a_changed_schedule_fet
     assert not local.exists()
 
 
+def test_a_stable_halo_is_kept_beside_two_rounds_and_the_folder_holds_no_more_than_without_it(prepared, tmp_path):
+    """Fetched ahead with the base chunks' halo kept, the folder holds it, the base chunks and two
+    rounds at most (the stable halo never counted as the next round's); here no more bytes than
+    the same rounds' folder without it (each round's halo holds most of the stable halo's rows)."""
+    cfg, _ = prepared
+    base, var, var2 = owned_sets()
+    disk = {}
+    for stable in (base, ()):
+        local = tmp_path / f"local-{len(stable)}"
+        fetcher = RoundFetcher(LocalCopy(cfg.store_path, local, stable=stable))
+        fetcher.take(base + [var])
+        fetcher.ahead(base + [var2])
+        fetcher.close()
+        held = fetcher.counts()
+        assert held["prefetch_disk"] == folder_bytes(local / chunk_dir(var2), local / halo_key(base + [var2]))
+        disk[stable != ()] = held["local_disk"]
+        fetcher.take(base + [var2])
+        assert round_entries(local) == {chunk_dir(k) for k in base + [var2]} | {halo_key(base + [var2])} | \
+            ({halo_key(base)} if stable else set())
+    assert disk[True] <= disk[False]
+
+
 def test_a_paced_fetch_ahead_is_spread_over_its_budget_and_a_take_lifts_it(prepared, tmp_path):
     cfg, arrays = prepared
     base, var, var2 = owned_sets()

@@ -35,8 +35,8 @@ from grappa.util.files import atomic_write
 
 log = logging.getLogger("grappa.predict")
 POLL_S = 0.05
-# Testing hook: SIGKILL this worker right after it completes this layer (1-based), as a crash
-# or an evicted pod would, to show that a rerun resumes from the completed layers.
+# Testing hook: SIGKILL this worker once this layer (1-based) is complete, as a crash or an
+# evicted pod would, to show that a rerun resumes from the completed layers.
 KILL_AFTER_LAYER = "GRAPPA_PREDICT_KILL_AFTER_LAYER"
 LAUNCHED = "launched_at"  # written by the launcher: wall time includes the workers' start-up
 
@@ -70,7 +70,9 @@ def compute_layers(job: PredictJob, model, g: StoreGraph, rank: int, status: Sta
             written = write_chunk(model, l, g, source, k, layer_file(scratch, l + 1, k), job.block_edges,
                                   lambda n: status.update(rows=status.state["rows"] + n, bytes_read=g.bytes_read))
             status.add("bytes_written", written)
-        if os.environ.get(KILL_AFTER_LAYER) == str(l + 1):
+        if os.environ.get(KILL_AFTER_LAYER) == str(l + 1):  # once every worker's rows are in: the
+            # same layers done in every run, however the workers' pace differs
+            wait_until(lambda: layer_complete(scratch, l + 1, range(K)), f"layer {l + 1}")
             os.kill(os.getpid(), signal.SIGKILL)
 
 
