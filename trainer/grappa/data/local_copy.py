@@ -29,11 +29,11 @@ bucket the same files and rows are read by GETs (a file whole, rows and entries 
 bucket's manifest is the local mirror's (storeDir).
 
 The chunks owned every round (`stable`: a worker's base chunks) have a halo of their own, fetched
-once a job and kept: most of every round's halo is in it (RMAT-17 at P = 8: some 80% of a
-round's 48k halo rows). A round's halo folder then holds only the rows that halo lacks, and its
-xpos places the others at their rows there: a round writes a fifth of its halo's rows, not all of
-them again (a new file's pages are what a round's fetch spent most on). Those rows count as
-`reused`. The round's record names that halo (its rows and x.npy's CRC-32): a round's halo is
+once a job and kept: most of every round's halo is in it (RMAT-17 at P = 8, counted row by row:
+about 80% of a round's 48k halo rows; from a bucket, whose runs hold the rows between, more). A
+round's halo folder then holds only the rows that halo lacks, and its xpos places the others at
+their rows there: a round no longer writes its whole halo's rows again (a new file's pages were
+what a round's fetch spent most on). Those rows count as `reused`. The round's record names that halo (its rows and x.npy's CRC-32): a round's halo is
 trusted only beside the one it was made beside.
 
 What a round's halo is found from is kept in memory as the folder keeps its files: per chunk copy,
