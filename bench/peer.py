@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -48,9 +49,10 @@ from grappa.config import TrainConfig  # noqa: E402
 from grappa.data.datasets import load_dataset  # noqa: E402
 from grappa.data.store.preparation import prepare_store  # noqa: E402
 from grappa.runtime.local_job import LocalJob  # noqa: E402
+from grappa.runtime.protocol import EVAL_QUIET  # noqa: E402
 from netns import PRESETS, NetnsUnavailable, ThrottledNetwork, reap_stale  # noqa: E402
 from network import save, trained_here  # noqa: E402
-from probe import Probe  # noqa: E402
+from probe import QUIET_READINGS, Probe  # noqa: E402
 import provenance  # noqa: E402
 from render_peer import QUIET_LOAD, best_val_test, render  # noqa: E402
 
@@ -147,6 +149,22 @@ def round_seconds(epoch: dict) -> float:
     return max(0.0, epoch["epoch_seconds"] - epoch["train_seconds"] - epoch.get("eval_seconds", 0.0))
 
 
+@contextmanager
+def quiet_before_eval(seconds: float):
+    """The workers' evaluation held back `seconds` after an epoch ends: the probe splits each
+    reading's counts between two times linearly, so evaluation starting at once would be partly
+    counted in the epoch before it."""
+    before = os.environ.get(EVAL_QUIET)
+    os.environ[EVAL_QUIET] = str(seconds)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(EVAL_QUIET, None)
+        else:
+            os.environ[EVAL_QUIET] = before
+
+
 def per_epoch(probe: Probe, epochs: list[dict], with_round: bool = False) -> list[dict]:
     """Per epoch, the machines' counters over its steps; `with_round`: over its round's set-up too."""
     return [{"train_seconds": e["train_seconds"], "steps": e.get("steps"),
@@ -208,7 +226,7 @@ class Peer:
     def run_grappa(self, cfg: TrainConfig, net: ThrottledNetwork, with_round: bool = False) -> dict:
         """`with_round`: each epoch's counters include its round's set-up (the store experiment)."""
         prepare_seconds = self.prepare(cfg) if cfg.storage.bucket_store is None else None
-        with Probe(net) as probe:
+        with Probe(net) as probe, quiet_before_eval(QUIET_READINGS * probe.interval):
             t0 = time.time()
             report = LocalJob(cfg, progress=False, threads=1, placement=net).run()
         hist = report["history"]

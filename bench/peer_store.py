@@ -13,7 +13,8 @@ from the aggregator's namespace (as `grappa prepare` uploads it: timed, Grappa's
 the job with storage.fetch prefetch and a fresh, empty storeDir (the bucket's local mirror), so
 every byte of the store any process reads crosses the storage link. Evaluation runs after the
 last epoch only (evalEvery = epochs; it cannot be turned off): with a bucket store it mirrors the
-whole store, outside every epoch's window (recorded apart as `after_training`). DistDGL cells are
+whole store, outside every epoch's window (the workers start it on the aggregator's word, which
+peer.quiet_before_eval holds a few probe readings; recorded apart as `after_training`). DistDGL cells are
 measured in the same invocation at the same epochs; their set-up is DGL's partition_graph and the
 servers' loading of the partitions. Results: docs/results/peer-store-runs.json (keys below, apart
 from peer-runs.json's), rendered by bench/render_peer_store.py into docs/results/peer-store.md.

@@ -162,3 +162,16 @@ def test_projections_charge_the_aggregator_and_give_distdgl_the_rings_fixed_part
     machines, steps = cm.project(dgl, 64, 26_000, 1000)
     rate = rp.rate_bytes_per_s(rp.PRESETS["1gbit"])
     assert row["distdgl"] == pytest.approx(cm.modelled_epoch(machines, "distdgl", rate, steps, 3))
+
+
+def test_evaluation_held_while_a_job_runs_and_the_environment_restored(monkeypatch):
+    peer = load("peer")
+    monkeypatch.setenv(peer.EVAL_QUIET, "7")
+    with peer.quiet_before_eval(0.2):
+        from grappa.runtime.protocol import eval_quiet_seconds
+        assert eval_quiet_seconds() == pytest.approx(0.2)
+    assert peer.os.environ[peer.EVAL_QUIET] == "7"
+    monkeypatch.delenv(peer.EVAL_QUIET)
+    with pytest.raises(KeyError), peer.quiet_before_eval(0.2):
+        raise KeyError("a job failed")
+    assert peer.EVAL_QUIET not in peer.os.environ

@@ -189,6 +189,13 @@ class Aggregator:
                 "aggregator_peak_pss_bytes": self.memory.peak_pss,
                 **{f"aggregator_{k}_bytes": v for k, v in zip(proto.CGROUP_PEAKS, self.memory.cgroup.values())}}
 
+    def start_eval(self, epoch: int) -> None:
+        """The workers evaluate on this word, sent once the epoch has ended (every report in)."""
+        quiet = proto.eval_quiet_seconds()
+        if quiet:
+            time.sleep(quiet)
+        self.command(proto.control(proto.CMD_EVAL, epoch))
+
     @torch.no_grad()
     def evaluate(self) -> dict:
         """Exact layer-wise inference: after each hidden layer, a barrier (every worker has
@@ -358,6 +365,7 @@ class Aggregator:
             eval_before = self.link.bytes.snapshot()
             eval_started = time.perf_counter()
             if do_eval:
+                self.start_eval(epoch)
                 rec.update(self.evaluate())
                 self._track_best(rec, epoch + 1)
             rec["eval_seconds"] = time.perf_counter() - eval_started

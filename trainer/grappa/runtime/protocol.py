@@ -1,6 +1,9 @@
 """The aggregator <-> worker message layouts (shared so both ends agree on every byte).
 
 Control (aggregator -> worker), float64[8]: cmd, epoch, round, pairing_seed, steps, do_eval, wbar, 0.
+An epoch with do_eval: once every report is in, CMD_EVAL (the epoch field set) starts the workers'
+evaluation, so none of it overlaps the epoch (its bounds, `started_at`/`ended_at`, are the
+aggregator's).
 Round stats (worker -> aggregator), float64[6]: sum of seed coverage, seeds, local nodes, halo
 nodes, local edges, seconds to build.
 Step: one all-reduce over every rank, layout in exchange.py (no parameters travel per step).
@@ -22,6 +25,8 @@ worker's optimizer slice (variable-size uint8), which the aggregator merges for 
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from grappa.data.local_graph import FETCH_COUNTS
@@ -29,6 +34,7 @@ from grappa.util.cgroup_memory import CGROUP_PEAKS
 
 CMD_ROUND, CMD_EPOCH, CMD_STOP = 1, 2, 3
 CMD_STAGE, CMD_STAGE_END = 4, 5  # RETEXO: set up stage (round field = stage), end it
+CMD_EVAL = 6  # after an epoch's reports: evaluate now
 CONTROL_LEN = 8
 ROUND_STATS_LEN = 6
 EVAL_STATS_LEN = 9
@@ -43,3 +49,21 @@ def control(cmd: int, epoch: int = 0, round_: int = 0, pairing_seed: int = 0, st
             do_eval: bool = False, wbar: float = 1.0) -> torch.Tensor:
     return torch.tensor([cmd, epoch, round_, pairing_seed, steps, float(do_eval), wbar, 0.0],
                         dtype=torch.float64)
+
+
+EVAL_QUIET = "GRAPPA_EVAL_QUIET_SECONDS"
+
+
+def eval_quiet_seconds() -> float:
+    """How long the aggregator waits between an epoch's end and CMD_EVAL (default 0). For the
+    benchmarks (bench/peer.py): their probe reads counters every 0.05 s and splits a reading
+    between two times linearly, so evaluation starting at once would be partly counted in the
+    last epoch."""
+    raw = os.environ.get(EVAL_QUIET, "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 60.0:
+        raise ValueError(f"{EVAL_QUIET}={raw!r}: give seconds from 0 to 60, or leave it unset")
+    return value

@@ -155,6 +155,7 @@ class StagedAggregator(Aggregator):
                 rec.update(self.train_epoch(epoch, rinfo, do_eval))
                 train_bytes = self._delta(before, "train")
                 eval_before = self.link.bytes.snapshot()
+                self.start_eval(epoch)
                 rec.update(self.evaluate())
                 self._track_best(rec, epoch + 1)
                 rec.update({"epoch_seconds": time.perf_counter() - t0, "wbar": 1.0,

@@ -176,10 +176,18 @@ class Worker:
         self.run_epoch(epoch, steps, wbar)
         self.send_epoch_report()
         if do_eval:
+            self.await_eval(epoch)
             self.evaluate()
         if self.metrics is not None:
             self.metrics.epoch.set(epoch + 1)
             self.metrics.observe_bytes(self.link.bytes)
+
+    def await_eval(self, epoch: int) -> None:
+        """The aggregator's word that every report of the epoch is in (its end recorded)."""
+        cmd, at = self.recv_control()[:2]
+        if cmd != proto.CMD_EVAL or int(at) != epoch:
+            raise RuntimeError(f"rank {self.link.rank}: expected the aggregator's evaluate command for epoch "
+                               f"{epoch + 1}, got command {int(cmd)} for epoch {int(at) + 1}")
 
     def send_epoch_report(self) -> None:
         """Per-worker bytes since the previous report (so set-up exchanges between epochs count
