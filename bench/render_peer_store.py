@@ -23,6 +23,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, also when loaded by path
 import cluster_model as cm  # noqa: E402
 from netns import PRESETS, rate_bytes_per_s  # noqa: E402
+from probe import QUIET_READINGS  # noqa: E402
 import provenance  # noqa: E402
 from render_peer import MB, QUIET_LOAD, SHORT, busy, fmt, med, times  # noqa: E402
 
@@ -31,6 +32,7 @@ RATIO_TARGETS = {"coauthor-physics": 3.0, "coauthor-physics-auto": 3.0, "coautho
                  "coauthor-physics-sparse-as-read": 3.0, "coauthor-physics-sparse-reach": 3.0,
                  "rmat": 4.0, "rmat-20": 4.0}  # issue 37, P = 8 at 1 Gbit/s
 PROJECT_P = 64
+EVAL_WORD_SINCE = "13e1e8e"  # the commit from which workers evaluate on the aggregator's word
 
 
 def starts_round(epoch: int, every: int) -> bool:
@@ -523,8 +525,11 @@ def render(runs: dict, out: Path) -> Path:
           "its seeds' L-hop in-neighbourhood can reach (the rest as read); the sparse store's own cell brings "
           "the whole halo's rows.", "",
           "Evaluation runs after the last epoch only (evalEvery = epochs; it cannot be off): with a bucket store it "
-          "mirrors the whole store, which is outside every epoch's window and shown apart (storage link MB "
-          "after training).", "",
+          "mirrors the whole store. The workers start it on the aggregator's word, sent once every report of the "
+          f"last epoch is in and held {QUIET_READINGS} probe readings by the harness (the probe splits a "
+          "reading between two times linearly), so it is outside every epoch's window and shown apart (storage "
+          f"link MB after training). In jobs on code before {EVAL_WORD_SINCE} a worker started it as soon as it "
+          "had sent its last report, so part of it could fall in the last epoch's window.", "",
           "Definitions (one for both systems): an epoch's time is Grappa's steps plus its round's set-up (fetch "
           "and build, in an epoch that starts a round), DistDGL's steps; an epoch starts a round when its index "
           "from 0 is a positive multiple of the period; *steady* is the median of the epochs after the first that "
