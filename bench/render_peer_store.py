@@ -439,6 +439,13 @@ def floor_lines(rows: list[dict]) -> list[str]:
                    f"even with the workers' fetch and build free it reaches {times(r['floor_ratio'])}: the storage "
                    "machine's own time per round (its CPU and its link's bytes) must shrink too, that is fewer "
                    "store bytes a round or a cheaper store server."))
+        elif t is not None and r["model_ratio"] is not None and r["model_ratio"] < t:
+            verdicts.append(
+                f"- {label(r)}: misses {t:.0f}x in series ({times(r['model_ratio'])}) and meets it behind the "
+                f"steps ({times(r['behind_ratio'])}). The in-series bound charges the storage machine's CPU and "
+                f"link as though the steps waited for them (its busiest epoch: {fmt(r['store_storage_cpu'])} s + "
+                f"{fmt(r['store_storage_link'])} s), where the prefetch runs them beside the steps; it is met "
+                "in series only if the store's own time a round shrinks, or the workers' fetch and build.")
     return md + ([""] + verdicts if verdicts else [])
 
 
